@@ -9,6 +9,11 @@
 /// function is not called and the result is
 /// [`Error::Forked`](crate::Error::Forked) (see [`forked`](crate::forked)).
 ///
+/// Unlike the rest of the plumbing npu-rs's crates share, it takes no
+/// [`Seal`](crate::seal::Seal): its expansion names only public items (what any caller of
+/// [`Runtime::api`](crate::Runtime::api) could write) and needs `unsafe` already, so npu-rs's
+/// tests and examples use it as any crate may.
+///
 /// ```
 /// use npu_core::{acl_call, Runtime};
 ///
@@ -24,9 +29,9 @@
 macro_rules! acl_call {
     ($runtime:expr, $function:ident ( $($argument:expr),* $(,)? )) => {{
         let runtime: &$crate::Runtime = $runtime;
-        match $crate::fork::refuse(stringify!($function)) {
-            Ok(()) => runtime.check(stringify!($function), (runtime.api().$function)($($argument),*)),
-            Err(err) => Err(err),
+        match $crate::forked() {
+            false => runtime.check(stringify!($function), (runtime.api().$function)($($argument),*)),
+            true => Err($crate::Error::Forked { api: stringify!($function) }),
         }
     }};
 }
@@ -39,10 +44,10 @@ macro_rules! acl_call {
 macro_rules! acl_call_opt {
     ($runtime:expr, $function:ident ( $($argument:expr),* $(,)? )) => {{
         let runtime: &$crate::Runtime = $runtime;
-        match (runtime.api().$function, $crate::fork::refuse(stringify!($function))) {
-            (Some(function), Ok(())) => runtime.check(stringify!($function), function($($argument),*)),
+        match (runtime.api().$function, $crate::forked()) {
+            (Some(function), false) => runtime.check(stringify!($function), function($($argument),*)),
             (None, _) => Err($crate::Error::Unsupported { api: stringify!($function) }),
-            (Some(_), Err(err)) => Err(err),
+            (Some(_), true) => Err($crate::Error::Forked { api: stringify!($function) }),
         }
     }};
 }

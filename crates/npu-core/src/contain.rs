@@ -18,6 +18,8 @@ use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
+use crate::seal::Seal;
+
 #[doc(hidden)]
 pub use tracing;
 
@@ -28,11 +30,15 @@ pub use tracing;
 /// panics as well, so nothing ever unwinds out of here.
 ///
 /// ```
-/// assert!(npu_core::contain::contained(|| panic!("user code")));
-/// assert!(!npu_core::contain::contained(|| ()));
+/// use npu_core::contain::contained;
+///
+/// // SAFETY: this example is one of npu-rs's tests.
+/// let seal = unsafe { npu_core::seal::Seal::npu_rs() };
+/// assert!(contained(seal, || panic!("user code")));
+/// assert!(!contained(seal, || ()));
 /// ```
 #[doc(hidden)]
-pub fn contained(f: impl FnOnce()) -> bool {
+pub fn contained(_: Seal, f: impl FnOnce()) -> bool {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(()) => false,
         Err(payload) => {
@@ -61,15 +67,19 @@ pub fn contained(f: impl FnOnce()) -> bool {
 /// ```
 /// let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
 /// let (tx, rx) = std::sync::mpsc::channel();
-/// assert!(npu_core::contain::spawn_contained(runtime.handle(), move || tx.send(()).unwrap()));
+/// // SAFETY: this example is one of npu-rs's tests.
+/// let seal = unsafe { npu_core::seal::Seal::npu_rs() };
+/// let task = move || tx.send(()).unwrap();
+/// assert!(npu_core::contain::spawn_contained(seal, runtime.handle(), task));
 /// rx.recv().unwrap();
 /// ```
 #[doc(hidden)]
 pub fn spawn_contained(
+    seal: Seal,
     runtime: &tokio::runtime::Handle,
     task: impl FnOnce() + Send + 'static,
 ) -> bool {
-    let refused = contained(|| drop(runtime.spawn_blocking(task)));
+    let refused = contained(seal, || drop(runtime.spawn_blocking(task)));
     !refused
 }
 
@@ -131,15 +141,17 @@ pub struct HeldHere<'a, T> {
 /// use std::sync::Mutex;
 /// use npu_core::contain::{Rank, lock_here};
 ///
+/// // SAFETY: this example is one of npu-rs's tests.
+/// let seal = unsafe { npu_core::seal::Seal::npu_rs() };
 /// let (lock, higher) = (Mutex::new(1), Mutex::new(2));
-/// let held = lock_here(&lock, Rank::Submission).expect("free");
-/// assert!(lock_here(&lock, Rank::Submission).is_none(), "held by this thread");
-/// assert!(lock_here(&higher, Rank::Runtime).is_some(), "taken in order");
+/// let held = lock_here(seal, &lock, Rank::Submission).expect("free");
+/// assert!(lock_here(seal, &lock, Rank::Submission).is_none(), "held by this thread");
+/// assert!(lock_here(seal, &higher, Rank::Runtime).is_some(), "taken in order");
 /// drop(held);
-/// assert_eq!(*lock_here(&lock, Rank::Submission).expect("free again"), 1);
+/// assert_eq!(*lock_here(seal, &lock, Rank::Submission).expect("free again"), 1);
 /// ```
 #[doc(hidden)]
-pub fn lock_here<T>(mutex: &Mutex<T>, rank: Rank) -> Option<HeldHere<'_, T>> {
+pub fn lock_here<T>(_: Seal, mutex: &Mutex<T>, rank: Rank) -> Option<HeldHere<'_, T>> {
     let address = std::ptr::from_ref(mutex) as usize;
     // A thread whose locals are gone (a thread-local destructor) is simply not tracked.
     let highest = HELD
@@ -209,14 +221,29 @@ fn drop_payload(payload: Box<dyn Any + Send>) {
 /// `tracing`'s syntax after the level, and contains a panic of the subscriber: what every
 /// npu-rs crate logs with (see [`contain`](crate::contain)).
 ///
+/// Sealed like the rest of [`contain`](crate::contain): the expansion passes the seal of the
+/// crate it is invoked in, `crate::SEAL`, which each of npu-rs's crates holds (see
+/// [`seal`](crate::seal)); elsewhere it does not compile.
+///
 /// ```
-/// let err = "an example";
-/// npu_core::log!(warn, %err, stream = 3, "something failed");
+/// // SAFETY: this example is one of npu-rs's tests.
+/// const SEAL: npu_core::seal::Seal = unsafe { npu_core::seal::Seal::npu_rs() };
+///
+/// fn main() {
+///     let err = "an example";
+///     npu_core::log!(warn, %err, stream = 3, "something failed");
+/// }
 /// ```
 #[doc(hidden)]
 #[macro_export]
+#[allow(
+    clippy::crate_in_macro_def,
+    reason = "`crate::SEAL` is the seal of the invoking crate, on purpose"
+)]
 macro_rules! log {
     ($level:ident, $($event:tt)+) => {{
-        $crate::contain::contained(|| $crate::contain::tracing::$level!($($event)+));
+        $crate::contain::contained(crate::SEAL, || {
+            $crate::contain::tracing::$level!($($event)+)
+        });
     }};
 }

@@ -118,7 +118,7 @@ impl Context {
                 // SAFETY: undoes the SetDevice above. Checked only to take a failure's
                 // message off this thread: the error returned is the first one.
                 let _ = unsafe { crate::acl_call!(runtime, aclrtResetDevice(device_id)) };
-                set_bound(runtime.library_id(), None);
+                set_bound(runtime.library_id(crate::SEAL), None);
                 return Err(err);
             }
             let inner = Arc::new(ContextInner {
@@ -128,7 +128,7 @@ impl Context {
                 id: next_context_id(),
                 primary: None,
             });
-            set_bound(runtime.library_id(), Some(inner.id));
+            set_bound(runtime.library_id(crate::SEAL), Some(inner.id));
             shared.primaries.insert(device_id, Arc::downgrade(&inner));
             Ok(Context { inner })
         });
@@ -150,7 +150,7 @@ impl Context {
             primary: Some(primary.clone()),
         });
         // aclrtCreateContext makes the new context current on this thread.
-        set_bound(runtime.library_id(), Some(inner.id));
+        set_bound(runtime.library_id(crate::SEAL), Some(inner.id));
         Ok(Context { inner })
     }
 
@@ -174,7 +174,7 @@ impl Context {
     /// ```
     pub fn bind(&self) -> Result<()> {
         let inner = &self.inner;
-        let library = inner.runtime.library_id();
+        let library = inner.runtime.library_id(crate::SEAL);
         if bound(library) == Some(inner.id) {
             return Ok(());
         }
@@ -207,7 +207,7 @@ impl Context {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn forget_binding(runtime: &Runtime) {
-        set_bound(runtime.library_id(), None);
+        set_bound(runtime.library_id(crate::SEAL), None);
     }
 
     /// The runtime this context belongs to.
@@ -350,7 +350,7 @@ impl Context {
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
-        let library = self.runtime.library_id();
+        let library = self.runtime.library_id(crate::SEAL);
         if bound(library) == Some(self.id) {
             set_bound(library, None);
         }

@@ -498,7 +498,7 @@ impl Device {
     pub fn enable_peer_access(&self, peer: &Device) -> Result<PeerAccess> {
         // Before the runtime's lock, which in a forked child may belong to a thread of the
         // parent that held it across an ACL call at the fork (and never lets it go there).
-        crate::fork::refuse("aclrtDeviceEnablePeerAccess")?;
+        crate::fork::refuse(crate::SEAL, "aclrtDeviceEnablePeerAccess")?;
         self.check_peer("Device::enable_peer_access", peer)?;
         let key = (self.id() as i32, peer.id() as i32);
         let enabled = self.runtime().with_shared(|shared| {
@@ -564,6 +564,7 @@ impl Device {
     #[doc(hidden)]
     pub fn with_steady_peer_access<R>(
         &self,
+        _: crate::seal::Seal,
         api: &'static str,
         peer: &Device,
         submit: impl FnOnce() -> R,

@@ -92,7 +92,7 @@ unsafe extern "C" fn on_device_abort(
     args: *mut c_void,
 ) -> i32 {
     let mut refused = false;
-    let panicked = crate::contain::contained(|| {
+    let panicked = crate::contain::contained(crate::SEAL, || {
         // SAFETY: `args` is the `&'static Loaded` given at registration.
         let loaded = unsafe { &*args.cast_const().cast::<Loaded>() };
         let Ok(device) = u32::try_from(device) else {

@@ -146,7 +146,11 @@ impl Drop for Window {
 ///
 /// Shared with npu-rs's crates, not part of the API.
 #[doc(hidden)]
-pub fn start_once<T>(cell: &OnceLock<T>, init: impl FnOnce() -> T) -> Option<&T> {
+pub fn start_once<T>(
+    _: crate::seal::Seal,
+    cell: &OnceLock<T>,
+    init: impl FnOnce() -> T,
+) -> Option<&T> {
     if let Some(made) = cell.get() {
         return Some(made);
     }
@@ -191,9 +195,9 @@ pub(crate) fn error(api: &'static str) -> Error {
 
 /// Refuses `api` in a forked child ([`forked`]): one forked from a process in which npu-rs had
 /// started a runtime or one of its threads, or was making or starting one.
-/// Shared with the `acl_call!` macros; not part of the API.
+/// Shared with npu-rs's crates, not part of the API.
 #[doc(hidden)]
-pub fn refuse(api: &'static str) -> Result<()> {
+pub fn refuse(_: crate::seal::Seal, api: &'static str) -> Result<()> {
     if forked() {
         return Err(error(api));
     }
@@ -266,7 +270,7 @@ mod tests {
             || {
                 held::forked_inside_a_start(
                     || {
-                        start_once(&CELL, || {
+                        start_once(crate::SEAL, &CELL, || {
                             held::here();
                             1
                         })

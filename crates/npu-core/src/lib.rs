@@ -44,6 +44,8 @@ mod op_error;
 mod paused_clock;
 pub mod reaper;
 mod runtime;
+#[doc(hidden)]
+pub mod seal;
 mod teardown;
 
 pub use backend::{Backend, BackendChoice, BackendReason, Fallback, RuntimeLibrary};
@@ -59,4 +61,5 @@ pub use launch::{ArgPacker, Engine, LaunchConfig};
 pub use module::{BinaryMagic, Function, Module, ModuleLoader};
 pub use op_error::OpError;
 pub use runtime::{Runtime, RuntimeBuilder};
+pub(crate) use seal::SEAL;
 pub use teardown::wait_for_teardowns;

@@ -34,7 +34,7 @@ thread_local! {
 /// For npu-rs's own crates (a completion's wake, the threads npu-stream starts), not for
 /// applications.
 #[doc(hidden)]
-pub fn as_shared_thread<R>(body: impl FnOnce() -> R) -> R {
+pub fn as_shared_thread<R>(_: crate::seal::Seal, body: impl FnOnce() -> R) -> R {
     struct Shared;
     impl Drop for Shared {
         fn drop(&mut self) {
@@ -83,7 +83,7 @@ thread_local! {
 /// started it (see [`crate::fork::start_once`]).
 fn sender() -> Option<&'static Option<Sender<Batch>>> {
     static SENDER: OnceLock<Option<Sender<Batch>>> = OnceLock::new();
-    crate::fork::start_once(&SENDER, || {
+    crate::fork::start_once(crate::SEAL, &SENDER, || {
         #[cfg(test)]
         crate::fork::held::here();
         let (tx, rx) = channel::<Batch>();
@@ -132,7 +132,7 @@ impl Requeued {
 }
 
 fn run(action: Action) {
-    if crate::contain::contained(action) {
+    if crate::contain::contained(crate::SEAL, action) {
         crate::log!(error, "a deferred release panicked; the reaper continues");
     }
 }
@@ -242,7 +242,7 @@ impl std::fmt::Debug for Counted {
 
 /// Starts counting a teardown of library `library` (`Runtime::library_id`): see [`Counted`].
 #[doc(hidden)]
-pub fn counted(library: usize) -> Counted {
+pub fn counted(_: crate::seal::Seal, library: usize) -> Counted {
     Counted(crate::teardown::Running::start(library))
 }
 
@@ -256,11 +256,12 @@ pub fn counted(library: usize) -> Counted {
 /// here, and the count with it).
 #[doc(hidden)]
 pub fn spawn_counted(
+    seal: crate::seal::Seal,
     name: &str,
     library: usize,
     job: impl FnOnce() + Send + 'static,
 ) -> std::io::Result<()> {
-    let running = counted(library);
+    let running = counted(seal, library);
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {

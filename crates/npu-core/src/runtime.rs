@@ -194,7 +194,7 @@ impl RuntimeBuilder {
     pub fn build(self) -> Result<Runtime> {
         // Before loading, whose lock a thread of the parent may have held at the fork (it is
         // held across the library's load) and never lets go of in the child.
-        crate::fork::refuse("RuntimeBuilder::build")?;
+        crate::fork::refuse(crate::SEAL, "RuntimeBuilder::build")?;
         crate::fork::report_unwatched();
         // From the library's load (under the loaded-libraries lock, or the simulator's
         // one-time making) to its `aclInit` (under the library's `aclInit` lock): a child
@@ -272,7 +272,7 @@ fn refuse_while_initialising(api: &'static str) -> Result<()> {
 fn acquire(loaded: &'static Loaded, config: Option<&std::path::Path>) -> Result<()> {
     const API: &str = "RuntimeBuilder::build";
     refuse_while_initialising(API)?;
-    crate::fork::refuse(API)?;
+    crate::fork::refuse(crate::SEAL, API)?;
     // aclInit reads the file under the library's lock: a FIFO would hold every runtime of the
     // library until a writer came, and a device that never ends would be read until memory ran
     // out. A missing file is left to aclInit, which names it.
@@ -530,7 +530,7 @@ impl Runtime {
         refuse_while_initialising("Runtime::global")?;
         // A thread of the parent may have been making it at the fork: the child would wait
         // for it for ever. A child refuses ACL anyway, and gets one made before the fork.
-        crate::fork::refuse("Runtime::global")?;
+        crate::fork::refuse(crate::SEAL, "Runtime::global")?;
         // A child forked while a thread makes it (or waits for it) is a forked child.
         let _window = crate::fork::Window::open();
         GLOBAL.get_or_init(|| Runtime::builder().build()).clone()
@@ -597,7 +597,12 @@ impl Runtime {
     /// every stream of it with that fault's code: a refused submission on a stream with no
     /// fault of its own carries this one. Shared with npu-stream; not part of the API.
     #[doc(hidden)]
-    pub fn latest_fault(&self, device: u32, code: AclCode) -> Option<crate::DeviceFault> {
+    pub fn latest_fault(
+        &self,
+        _: crate::seal::Seal,
+        device: u32,
+        code: AclCode,
+    ) -> Option<crate::DeviceFault> {
         self.inner.loaded.faults.latest(device, code)
     }
 
@@ -667,6 +672,7 @@ impl Runtime {
     #[doc(hidden)]
     pub fn watch_device_aborts(
         &self,
+        _: crate::seal::Seal,
         device: u32,
         watcher: std::sync::Weak<dyn crate::DeviceAbortWatch>,
     ) {
@@ -754,12 +760,14 @@ impl Runtime {
     /// ```
     /// use npu_core::{BackendChoice, Runtime};
     ///
+    /// // SAFETY: this example is one of npu-rs's tests.
+    /// let seal = unsafe { npu_core::seal::Seal::npu_rs() };
     /// let sim = || Runtime::builder().backend(BackendChoice::Sim).build();
-    /// assert_eq!(sim()?.library_id(), sim()?.library_id(), "one simulator per process");
+    /// assert_eq!(sim()?.library_id(seal), sim()?.library_id(seal), "one simulator per process");
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     #[doc(hidden)]
-    pub fn library_id(&self) -> usize {
+    pub fn library_id(&self, _: crate::seal::Seal) -> usize {
         self.inner.loaded.id
     }
 
@@ -773,8 +781,11 @@ impl Runtime {
     /// on the same thread refuses (or hands its work to the reaper) instead of waiting for
     /// itself, and every thread after it, the reaper included.
     pub(crate) fn with_shared<R>(&self, f: impl FnOnce(&mut SharedState) -> R) -> Option<R> {
-        let mut shared =
-            crate::contain::lock_here(&self.inner.loaded.shared, crate::contain::Rank::Runtime)?;
+        let mut shared = crate::contain::lock_here(
+            crate::SEAL,
+            &self.inner.loaded.shared,
+            crate::contain::Rank::Runtime,
+        )?;
         Some(f(&mut shared))
     }
 
@@ -801,7 +812,7 @@ impl Runtime {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn same_library(&self, other: &Runtime) -> bool {
-        self.library_id() == other.library_id()
+        self.library_id(crate::SEAL) == other.library_id(crate::SEAL)
     }
 
     /// The number of visible devices (`aclrtGetDeviceCount`).

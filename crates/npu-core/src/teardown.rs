@@ -239,7 +239,7 @@ pub(crate) fn wait_until_settled(
 pub fn wait_for_teardowns(timeout: Duration) -> Result<()> {
     const API: &str = "wait_for_teardowns";
     // The counts a child inherits are its parent's, whose teardown threads it does not have.
-    crate::fork::refuse(API)?;
+    crate::fork::refuse(crate::SEAL, API)?;
     if !may_wait_here() {
         return Err(Error::invalid(
             API,
@@ -286,7 +286,7 @@ mod tests {
     #[test]
     fn a_teardown_handed_off_is_counted_until_it_ends() {
         let (go, held) = channel::<()>();
-        as_shared_thread(|| {
+        as_shared_thread(crate::SEAL, || {
             off_shared_threads(HELD, move || {
                 let _ = held.recv_timeout(Duration::from_secs(30));
             })
@@ -314,7 +314,7 @@ mod tests {
     #[test]
     fn a_teardown_thread_may_not_wait_for_teardowns() {
         let (seen, answers) = channel();
-        as_shared_thread(|| {
+        as_shared_thread(crate::SEAL, || {
             off_shared_threads(ON_ITS_THREAD, move || {
                 let waited = wait_for_teardowns(Duration::ZERO);
                 seen.send((may_wait_here(), waited)).unwrap();
@@ -346,7 +346,7 @@ mod tests {
     /// wait ran out its timeout waiting for its own hold (`TeardownsRunning`).
     #[test]
     fn a_step_that_completes_operations_may_not_wait_for_teardowns() {
-        let (before, after) = crate::holds::completing(|| {
+        let (before, after) = crate::holds::completing(crate::SEAL, || {
             let before = wait_for_teardowns(Duration::from_millis(100));
             crate::holds::raise_if_completing();
             (before, wait_for_teardowns(Duration::from_millis(100)))
@@ -364,7 +364,7 @@ mod tests {
         let (raised, was_raised) = channel::<()>();
         let (go, let_go) = channel::<()>();
         let completing = std::thread::spawn(move || {
-            crate::holds::completing(|| {
+            crate::holds::completing(crate::SEAL, || {
                 crate::holds::raise_if_completing();
                 raised.send(()).unwrap();
                 let _ = let_go.recv_timeout(Duration::from_secs(30));
@@ -395,7 +395,8 @@ mod tests {
     #[test]
     fn a_thread_holding_a_lock_of_npu_rs_may_not_wait_for_teardowns() {
         let lock = Mutex::new(());
-        let held = crate::contain::lock_here(&lock, crate::contain::Rank::Runtime).unwrap();
+        let held =
+            crate::contain::lock_here(crate::SEAL, &lock, crate::contain::Rank::Runtime).unwrap();
         let waited = wait_for_teardowns(Duration::ZERO);
         drop(held);
         refused_on_this_thread(&waited);

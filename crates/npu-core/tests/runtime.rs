@@ -161,8 +161,10 @@ fn a_cross_device_submission_in_progress_holds_up_no_peer_access_bookkeeping() {
         let (release, released) = mpsc::channel::<()>();
         let (from, peer) = (a.clone(), b.clone());
         let submitter = std::thread::spawn(move || {
+            // SAFETY: a test of npu-core's own.
+            let seal = unsafe { npu_core::seal::Seal::npu_rs() };
             let ((), access) = from
-                .with_steady_peer_access("test", &peer, || {
+                .with_steady_peer_access(seal, "test", &peer, || {
                     entered_tx.send(()).unwrap();
                     released.recv().unwrap();
                 })

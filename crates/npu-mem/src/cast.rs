@@ -50,10 +50,10 @@ impl<S: Memory, U: Pod> Cast<S, U> {
         let (size, align) = (size_of::<U>(), align_of::<U>());
         let problem = if size == 0 {
             Some("the target type has no size".to_string())
-        } else if !bytes_of(&inner).is_multiple_of(size) {
+        } else if !bytes_of(crate::SEAL, &inner).is_multiple_of(size) {
             Some(format!(
                 "{} bytes are not a whole number of {} ({size} bytes)",
-                bytes_of(&inner),
+                bytes_of(crate::SEAL, &inner),
                 std::any::type_name::<U>()
             ))
         } else if !(inner.addr() as usize).is_multiple_of(align) {
@@ -109,7 +109,7 @@ unsafe impl<S: Memory, U: Pod> Memory for Cast<S, U> {
     }
 
     fn len(&self) -> usize {
-        bytes_of(&self.inner) / size_of::<U>()
+        bytes_of(crate::SEAL, &self.inner) / size_of::<U>()
     }
 
     fn record_use(&self, completion: &Completion) {

@@ -120,7 +120,12 @@ unsafe impl<T: Pod> Sync for DeviceBuffer<T> {}
 ///   wider type to be refused): no host view of the memory could span it, as Rust slices
 ///   are limited to `isize::MAX` bytes. The largest size it returns is `isize::MAX` rounded
 ///   down to a multiple of `size_of::<T>()`.
-pub fn byte_size<T>(api: &'static str, argument: &'static str, len: usize) -> Result<usize> {
+pub fn byte_size<T>(
+    _: npu_core::seal::Seal,
+    api: &'static str,
+    argument: &'static str,
+    len: usize,
+) -> Result<usize> {
     if size_of::<T>() == 0 {
         return Err(Error::invalid(
             api,
@@ -197,7 +202,7 @@ impl<T: Pod> DeviceBuffer<T> {
         len: usize,
         policy: MallocPolicy,
     ) -> Result<Self> {
-        let bytes = byte_size::<T>(api, argument, len)?;
+        let bytes = byte_size::<T>(crate::SEAL, api, argument, len)?;
         context.bind()?;
         let mut ptr = std::ptr::null_mut();
         // SAFETY: `ptr` is a valid out-pointer; the context is bound on this thread.
@@ -463,7 +468,7 @@ mod tests {
 
     /// The argument and rule of `byte_size`'s refusal of `len` elements of `T`.
     fn refused<T>(len: usize) -> (&'static str, String) {
-        match byte_size::<T>("DeviceBuffer::new", "len", len) {
+        match byte_size::<T>(crate::SEAL, "DeviceBuffer::new", "len", len) {
             Err(Error::InvalidArgument {
                 api,
                 argument,
@@ -478,13 +483,17 @@ mod tests {
 
     #[test]
     fn byte_size_is_exact_up_to_isize_max_and_refuses_the_rest_with_a_typed_error() {
-        let size = |len| byte_size::<[u8; 3]>("DeviceBuffer::new", "len", len).unwrap();
+        let size =
+            |len| byte_size::<[u8; 3]>(crate::SEAL, "DeviceBuffer::new", "len", len).unwrap();
         assert_eq!(size(1), 3);
         // The largest: isize::MAX rounded down to the element size, for 1, 3 and 8 bytes.
         assert_eq!(size(MAX / 3), MAX - MAX % 3);
-        assert_eq!(byte_size::<u8>("api", "len", MAX).unwrap(), MAX);
         assert_eq!(
-            byte_size::<u64>("api", "len", MAX / 8).unwrap(),
+            byte_size::<u8>(crate::SEAL, "api", "len", MAX).unwrap(),
+            MAX
+        );
+        assert_eq!(
+            byte_size::<u64>(crate::SEAL, "api", "len", MAX / 8).unwrap(),
             MAX - MAX % 8
         );
         // One element more is past isize::MAX bytes; usize::MAX elements overflow usize

@@ -61,3 +61,7 @@ pub use registration::{
 pub use slice::bytes_of;
 pub use slice::{DeviceSlice, HostSlice, Memory, MemoryMut, View};
 pub use split::{Halves, Split};
+
+/// npu-mem's seal for the plumbing npu-rs's crates share (`npu_core::seal`).
+// SAFETY: npu-mem is one of npu-rs's crates.
+pub(crate) const SEAL: npu_core::seal::Seal = unsafe { npu_core::seal::Seal::npu_rs() };

@@ -95,7 +95,7 @@ impl<T: Pod> PinnedBuffer<T> {
         config: Option<&HostAllocConfig>,
     ) -> Result<Self> {
         check_host_align::<T>(api)?;
-        let bytes = byte_size::<T>(api, argument, len)?;
+        let bytes = byte_size::<T>(crate::SEAL, api, argument, len)?;
         let block = HostBlock::alloc(context, bytes, config)?;
         Ok(PinnedBuffer {
             context: context.clone(),

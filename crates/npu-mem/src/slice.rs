@@ -133,7 +133,7 @@ pub unsafe trait Memory: Send + 'static {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     fn byte_len(&self) -> usize {
-        bytes_of(self)
+        bytes_of(crate::SEAL, self)
     }
 
     /// Records that the operation behind `completion` may access this memory.
@@ -431,7 +431,7 @@ pub unsafe trait HostSlice: Memory {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     fn as_bytes(&self) -> &[u8] {
-        let bytes = bytes_of(self);
+        let bytes = bytes_of(crate::SEAL, self);
         // SAFETY: `len()` initialised elements, so `bytes` initialised bytes, at a host
         // address (`Memory`'s and this trait's contracts); while we hold the memory no device
         // operation owns it, and only writable memory (`MemoryMut`, taken by value) is ever
@@ -455,7 +455,7 @@ pub unsafe trait HostSlice: Memory {
     where
         Self: MemoryMut,
     {
-        let len = bytes_of(self);
+        let len = bytes_of(crate::SEAL, self);
         // SAFETY: as for `as_bytes`; `MemoryMut` and `&mut self` make this the only access.
         unsafe { std::slice::from_raw_parts_mut(self.addr_mut().cast(), len) }
     }
@@ -466,7 +466,7 @@ pub unsafe trait HostSlice: Memory {
 /// implementation's own [`byte_len`](Memory::byte_len), which may say more than the memory
 /// holds.
 #[doc(hidden)]
-pub fn bytes_of<M: Memory + ?Sized>(memory: &M) -> usize {
+pub fn bytes_of<M: Memory + ?Sized>(_: npu_core::seal::Seal, memory: &M) -> usize {
     memory.len() * size_of::<M::Elem>()
 }
 

@@ -436,7 +436,7 @@ impl Stream {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn memset<D: DeviceSlice + MemoryMut>(&self, dst: D, value: u8) -> Op<D> {
-        let bytes = bytes_of(&dst);
+        let bytes = bytes_of(crate::SEAL, &dst);
         self.submit(
             ("Stream::memset", "self"),
             "aclrtMemsetAsync",
@@ -472,7 +472,7 @@ impl Stream {
         D: MemoryMut<Elem = S::Elem>,
     {
         // The check below makes it `dst`'s size too.
-        let bytes = bytes_of(&src);
+        let bytes = bytes_of(crate::SEAL, &src);
         let done = OnceCell::new();
         self.submit_described(
             (api, "self"),
@@ -605,10 +605,12 @@ impl Stream {
         let (Some(peer), Some(done)) = (peer, done.get()) else {
             return call();
         };
-        let (result, access) =
-            self.context()
-                .device()
-                .with_steady_peer_access(api, &peer.device(), call)?;
+        let (result, access) = self.context().device().with_steady_peer_access(
+            crate::SEAL,
+            api,
+            &peer.device(),
+            call,
+        )?;
         if let (Ok(()), Some(access)) = (&result, access) {
             // SAFETY: disabling peer access (when this is its last guard) does not wait for the
             // device, and the copy that used it has completed by then.

@@ -305,14 +305,15 @@ impl Event {
         // In a forked child the recording lock may belong to a thread of the parent that was
         // recording at the fork, which does not exist here: refused before the lock, as the
         // submission would be.
-        npu_core::fork::refuse("aclrtRecordEvent")?;
+        npu_core::fork::refuse(crate::SEAL, "aclrtRecordEvent")?;
         // Held across the record and the store: records on two streams at once must store
         // their completions in the order the device sees the records, or `wait` would watch
         // an older record than the one the event now stands for.
         // Taken with `lock_here`: the submission below creates and enters the operation's
         // span and may run a tracing subscriber (the simulator logs a failed record), and one
         // that records this event again from there is refused instead of waiting for itself.
-        let Some(_recording) = npu_core::contain::lock_here(&self.inner.recording, Rank::Record)
+        let Some(_recording) =
+            npu_core::contain::lock_here(crate::SEAL, &self.inner.recording, Rank::Record)
         else {
             return Err(Error::invalid(
                 "Event::record",
@@ -603,7 +604,7 @@ pub(crate) fn event_complete(runtime: &Runtime, event: ffi::aclrtEvent) -> bool 
 /// current `aclrtEventRecordedStatus` (1 = complete) and, on runtimes without
 /// `aclrtQueryEventStatus`, the deprecated `aclrtEventStatus` (0 = complete).
 pub(crate) fn query_event(runtime: &Runtime, event: ffi::aclrtEvent) -> Result<bool> {
-    npu_core::fork::refuse("aclrtQueryEventStatus")?;
+    npu_core::fork::refuse(crate::SEAL, "aclrtQueryEventStatus")?;
     let api = runtime.api();
     match api.aclrtQueryEventStatus {
         Some(query_status) => {

@@ -37,7 +37,10 @@ fn device_idle(context: &Context) -> Arc<AtomicUsize> {
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     counts.retain(|_, count| count.strong_count() > 0);
-    let key = (context.runtime().library_id(), context.device_id());
+    let key = (
+        context.runtime().library_id(crate::SEAL),
+        context.device_id(),
+    );
     if let Some(count) = counts.get(&key).and_then(Weak::upgrade) {
         return count;
     }

@@ -157,15 +157,15 @@ impl<T: Send + 'static> Future for Op<T> {
         // state is gone, and unwinding aborts the process). A span whose entry panicked is
         // left again, as in a submission.
         let mut entered = None;
-        if npu_core::contain::contained(|| entered = Some(this.span.enter())) {
-            npu_core::contain::contained(|| {
+        if npu_core::contain::contained(crate::SEAL, || entered = Some(this.span.enter())) {
+            npu_core::contain::contained(crate::SEAL, || {
                 this.span
                     .with_subscriber(|(id, dispatch)| dispatch.exit(id));
             });
         }
         let polled = Pin::new(&mut this.wait).poll(cx);
         if let Poll::Ready(Err(err)) = &polled {
-            npu_core::contain::contained(|| {
+            npu_core::contain::contained(crate::SEAL, || {
                 this.span.record("error", tracing::field::display(err));
             });
         }
@@ -174,7 +174,7 @@ impl<T: Send + 'static> Future for Op<T> {
             Poll::Ready(Err(err)) => npu_core::log!(debug, error = %err, "failed"),
             Poll::Pending => {}
         }
-        npu_core::contain::contained(move || drop(entered));
+        npu_core::contain::contained(crate::SEAL, move || drop(entered));
         let Poll::Ready(result) = polled else {
             return Poll::Pending;
         };
@@ -202,7 +202,7 @@ impl<T: Send + 'static> Drop for Op<T> {
         // Closing the span runs the subscriber, user code, which may panic (from the
         // thread's TLS destructors, say, where unwinding aborts the process): contained.
         let span = std::mem::replace(&mut self.span, tracing::Span::none());
-        npu_core::contain::contained(move || drop(span));
+        npu_core::contain::contained(crate::SEAL, move || drop(span));
         if let Some(value) = self.value.take() {
             // A value with nothing to drop (a synchronize's `()`) need not travel.
             if !std::mem::needs_drop::<T>() || self.wait.completion().is_complete() {

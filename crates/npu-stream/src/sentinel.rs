@@ -154,14 +154,14 @@ impl Job {
 /// `npu_core::fork::start_once`).
 fn sender() -> Option<&'static Mutex<Option<Sender<Job>>>> {
     static SENDER: OnceLock<Mutex<Option<Sender<Job>>>> = OnceLock::new();
-    npu_core::fork::start_once(&SENDER, || {
+    npu_core::fork::start_once(crate::SEAL, &SENDER, || {
         #[cfg(test)]
         crate::test_support::held::here();
         let (tx, rx) = channel();
         let spawned = std::thread::Builder::new()
             .name("npu-sentinel".into())
             // Marked shared for its life, as the reactor.
-            .spawn(move || npu_core::reaper::as_shared_thread(|| run(rx)));
+            .spawn(move || npu_core::reaper::as_shared_thread(crate::SEAL, || run(rx)));
         match spawned {
             Ok(_) => Mutex::new(Some(tx)),
             Err(err) => {
@@ -251,7 +251,7 @@ fn spawn_fallback_on(builder: std::thread::Builder, job: Job) {
             // In slices where the runtime can bound its waits: a drain may end meanwhile,
             // through an operation submitted after it, which one unbounded wait would miss.
             let timeout = if job.timed() { SLICE_MS } else { -1 };
-            match completing(|| step(job, timeout)) {
+            match completing(crate::SEAL, || step(job, timeout)) {
                 Some(again) => job = again,
                 None => return,
             }
@@ -355,11 +355,13 @@ fn round(waiting: &mut VecDeque<Job>) {
         // operation lets go of the stream before the step returns, and a wait for the
         // teardowns waits for that, not for the slices the step waited before.
         let job = match draining {
-            Some(stream) if undrained.contains(&stream) => match completing(|| end_if_ended(job)) {
-                Some(job) => job,
-                None => continue,
-            },
-            _ => match completing(|| step(job, SLICE_MS)) {
+            Some(stream) if undrained.contains(&stream) => {
+                match completing(crate::SEAL, || end_if_ended(job)) {
+                    Some(job) => job,
+                    None => continue,
+                }
+            }
+            _ => match completing(crate::SEAL, || step(job, SLICE_MS)) {
                 Some(job) => {
                     behind.extend(watched);
                     undrained.extend(draining);

@@ -139,7 +139,7 @@ impl Stream {
         }
         const API: &str = "Stream::copy_to_vec_staged";
         // Bytes, as for `copy_from_slice_staged`; the `Vec` has the element type's alignment.
-        let staging = match pool.alloc::<u8>(bytes_of(&src)).await {
+        let staging = match pool.alloc::<u8>(bytes_of(crate::SEAL, &src)).await {
             Ok(staging) => staging,
             Err(error) => return Err(OpError::new(as_callers(error, API, |_| "pool"), src)),
         };
@@ -265,7 +265,7 @@ impl Stream {
         const API: &str = "Stream::upload";
         // The allocation's own size check, in the caller's terms: the new buffer's length is
         // the caller's `data`, its `T` the caller's `T`. Past it, allocating fails only in ACL.
-        byte_size::<T>(API, "data", data.len())?;
+        byte_size::<T>(crate::SEAL, API, "data", data.len())?;
         let dst = DeviceBuffer::new(self.context(), data.len())?;
         let pool = self.staging_pool();
         match self.copy_from_slice_staged(pool, data, dst).await {

@@ -232,7 +232,7 @@ fn attach_fault(stream: &StreamShared, err: Error, refused: bool) -> Error {
             // SAFETY: the stream is this npu-stream stream, whose faults are its own to claim.
             let fault = unsafe { runtime.claim_fault(device, stream.id, acl.code) }.or_else(|| {
                 refused
-                    .then(|| runtime.latest_fault(device, acl.code))
+                    .then(|| runtime.latest_fault(crate::SEAL, device, acl.code))
                     .flatten()
             });
             Error::Acl(match fault {

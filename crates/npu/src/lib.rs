@@ -164,6 +164,12 @@ pub use npu_stream::{
     reactor_stats,
 };
 
+/// The facade's seal for the plumbing npu-rs's crates share (`npu_core::seal`); only the
+/// simulator's controls use it.
+#[cfg(feature = "sim")]
+// SAFETY: npu is one of npu-rs's crates.
+pub(crate) const SEAL: npu_core::seal::Seal = unsafe { npu_core::seal::Seal::npu_rs() };
+
 /// The README's Rust code, run as doctests so that it keeps compiling and working.
 #[doc = include_str!("../../../README.md")]
 #[cfg(doctest)]

@@ -459,7 +459,7 @@ pub fn inject_memory_error<M: DeviceSlice>(memory: &M, bytes: Range<usize>) -> R
     simulated(API, "memory", &memory.context().device())?;
     // `len()` elements, never the implementation's own `byte_len` (which `Memory`'s contract
     // does not cover): a range past them would mark memory another value owns.
-    let held = npu_mem::bytes_of(memory);
+    let held = npu_mem::bytes_of(crate::SEAL, memory);
     if bytes.is_empty() || bytes.end > held {
         return Err(Error::invalid(
             API,

@@ -157,7 +157,7 @@ impl Completer {
         // waker registered late) that drops the last handle of a context or a runtime make
         // this thread wait for its teardown (rule 5): marked as a shared thread until the
         // completer is gone, such a teardown goes to a thread of its own.
-        crate::reaper::as_shared_thread(move || {
+        crate::reaper::as_shared_thread(crate::SEAL, move || {
             // Before the result is visible: the task it wakes may drop its last handles and
             // wait for the teardowns while this thread still holds the stream.
             crate::holds::raise_if_completing();

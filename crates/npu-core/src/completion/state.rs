@@ -123,7 +123,7 @@ impl<T: Clone> State<T> {
         };
         wakers
             .into_iter()
-            .map(|(_, waker)| crate::contain::contained(move || waker.wake()))
+            .map(|(_, waker)| crate::contain::contained(crate::SEAL, move || waker.wake()))
             .filter(|panicked| *panicked)
             .count()
     }

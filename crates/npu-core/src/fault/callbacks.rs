@@ -88,7 +88,7 @@ pub(crate) fn register(loaded: &'static Loaded) {
 }
 
 unsafe extern "C" fn on_exception<const SLOT: usize>(info: *mut ffi::aclrtExceptionInfo) {
-    let panicked = crate::contain::contained(|| {
+    let panicked = crate::contain::contained(crate::SEAL, || {
         if let Some(loaded) = LOADED[SLOT].get()
             && let Some(fault) = read_fault(loaded, info)
         {
@@ -146,7 +146,7 @@ unsafe extern "C" fn on_stream_state(
     _state: ffi::aclrtStreamState,
     args: *mut c_void,
 ) {
-    let panicked = crate::contain::contained(|| {
+    let panicked = crate::contain::contained(crate::SEAL, || {
         // SAFETY: `args` is the `&'static Loaded` given at registration.
         let loaded = unsafe { &*args.cast_const().cast::<Loaded>() };
         if let Some(id) = stream_id(loaded, stream) {

@@ -47,7 +47,7 @@ thread_local! {
 ///
 /// For npu-rs's own crates, not for applications.
 #[doc(hidden)]
-pub fn completing<R>(body: impl FnOnce() -> R) -> R {
+pub fn completing<R>(_: crate::seal::Seal, body: impl FnOnce() -> R) -> R {
     struct Scope;
     impl Drop for Scope {
         fn drop(&mut self) {
@@ -103,8 +103,8 @@ mod tests {
     /// when the inner scope ended.
     #[test]
     fn a_nested_scope_leaves_the_hold_to_the_outermost() {
-        completing(|| {
-            completing(raise_if_completing);
+        completing(crate::SEAL, || {
+            completing(crate::SEAL, raise_if_completing);
             assert!(
                 completing_here() && raised_here(),
                 "still raised after the inner scope"
@@ -125,7 +125,7 @@ mod tests {
     #[test]
     fn a_panic_in_a_scope_lowers_the_hold() {
         let unwound = std::panic::catch_unwind(|| {
-            completing(|| {
+            completing(crate::SEAL, || {
                 raise_if_completing();
                 panic!("a completing step panics");
             })

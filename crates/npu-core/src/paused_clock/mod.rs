@@ -64,7 +64,7 @@ impl Runtime for Handle {
     }
 
     fn spawn_blocking(&self, task: impl FnOnce() + Send + 'static) -> bool {
-        crate::contain::spawn_contained(self, task)
+        crate::contain::spawn_contained(crate::SEAL, self, task)
     }
 }
 

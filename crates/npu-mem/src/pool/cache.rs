@@ -33,28 +33,15 @@ use super::stats::{PoolStats, Timing};
 pub use super::state::{Granted, Reserving};
 pub use crate::device_buffer::byte_size;
 
-/// The seal of [`Source`]: what only npu-rs's own crates may make, so that only they implement
-/// the trait.
+/// The seal of the plumbing npu-rs's crates share (`npu_core::seal`), which [`Source`] takes.
 ///
 /// `Source` is public because npu-stream implements it, which also lets any crate name it; a
 /// trait other crates implement cannot change without breaking them. Implementing it
 /// therefore takes a `Seal`, which has no safe constructor: crates outside npu-rs cannot write
 /// an implementation without breaking [`Seal::npu_rs`]'s contract, and the trait stays free to
-/// change with npu-rs's crates.
-#[derive(Debug, Clone, Copy)]
-pub struct Seal(());
-
-impl Seal {
-    /// The seal, for a [`Source`] of npu-rs.
-    ///
-    /// # Safety
-    ///
-    /// Called only by npu-rs's own crates (and their tests), for their own sources: the
-    /// trait's requirements change with them, without notice to anyone else.
-    pub const unsafe fn npu_rs() -> Seal {
-        Seal(())
-    }
-}
+/// change with npu-rs's crates. The rest of this module needs no seal of its own: a [`Cache`]
+/// is made from a `Source`.
+pub use npu_core::seal::Seal;
 
 /// Where a pool's blocks come from and go back to. Sealed: see [`Seal`].
 ///
@@ -403,7 +390,7 @@ impl<S: Source> Cache<S> {
             let repair = move || cache.repair_queued();
             let spawned = match self.source.library() {
                 Some(library) => {
-                    npu_core::reaper::spawn_counted("npu-pool-repair", library, repair)
+                    npu_core::reaper::spawn_counted(crate::SEAL, "npu-pool-repair", library, repair)
                 }
                 None => std::thread::Builder::new()
                     .name("npu-pool-repair".into())
@@ -740,7 +727,7 @@ impl<S: Source> Cache<S> {
             std::mem::take(&mut settling.wakers)
         };
         for waker in wakers.into_values() {
-            if npu_core::contain::contained(|| waker.wake()) {
+            if npu_core::contain::contained(crate::SEAL, || waker.wake()) {
                 npu_core::log!(
                     error,
                     pool = S::NAME,
@@ -756,7 +743,7 @@ impl<S: Source> Cache<S> {
     /// the reaper) and drop the grants still to be sent, losing their room for good.
     fn deliver(self: &Arc<Self>, reply: Reply<S::Block>, granted: Granted<S::Block>) {
         let mut refused = None;
-        if npu_core::contain::contained(|| refused = reply.send(granted).err()) {
+        if npu_core::contain::contained(crate::SEAL, || refused = reply.send(granted).err()) {
             // The grant was stored before the wake-up panicked: the waiter receives it, or
             // hands it back when it is dropped, as for any grant it did not take.
             npu_core::log!(error, pool = S::NAME, "a pool waiter's waker panicked");
@@ -948,7 +935,7 @@ impl<S: Source> Future for Waiting<S> {
             // operations, so the blocks they hold never come back to serve it, and a new
             // request there is refused. Not `done`, so that dropping it leaves the queue.
             Poll::Pending => {
-                return match npu_core::fork::refuse(S::NAME) {
+                return match npu_core::fork::refuse(crate::SEAL, S::NAME) {
                     Ok(()) => Poll::Pending,
                     Err(forked) => Poll::Ready(Err(forked)),
                 };

@@ -100,8 +100,7 @@ pub(crate) struct Pinned {
 unsafe impl Source for Pinned {
     type Block = HostBlock;
     const NAME: &'static str = "PinnedPool::alloc";
-    // SAFETY: npu-mem is a crate of npu-rs.
-    const SEAL: Seal = unsafe { Seal::npu_rs() };
+    const SEAL: Seal = crate::SEAL;
 
     fn block_bytes(block: &HostBlock) -> usize {
         block.bytes()
@@ -344,7 +343,7 @@ impl PinnedPool {
         let class = self.class_of::<T>("PinnedPool::alloc", len)?;
         // In a forked child a block out at the fork never comes back (its release waits for
         // work only the parent runs), so a request queued for room would wait for ever.
-        npu_core::fork::refuse("PinnedPool::alloc")?;
+        npu_core::fork::refuse(crate::SEAL, "PinnedPool::alloc")?;
         let granted = self.shared.grant(class).await?;
         self.fulfil(granted, len)
     }
@@ -411,7 +410,7 @@ impl PinnedPool {
         // The size check `try_alloc` makes, in bytes: a request of no bytes is refused there,
         // so a block reserved for one could never be asked for (it was rounded up to a page
         // and pinned all the same). `DevicePool::reserve` refuses it alike.
-        byte_size::<u8>(API, "bytes", bytes)?;
+        byte_size::<u8>(crate::SEAL, API, "bytes", bytes)?;
         self.shared
             .reserve(API, count, bytes, |class| self.pin(class))
     }
@@ -496,7 +495,7 @@ impl PinnedPool {
     /// Checks a request and finds its size class.
     fn class_of<T: Pod>(&self, api: &'static str, len: usize) -> Result<usize> {
         check_host_align::<T>(api)?;
-        let bytes = byte_size::<T>(api, "len", len)?;
+        let bytes = byte_size::<T>(crate::SEAL, api, "len", len)?;
         self.shared.class_for(api, "len", bytes)
     }
 

@@ -59,7 +59,7 @@ impl<T: Pod> PageAlignedBuffer<T> {
                 format!("its alignment of {} bytes exceeds a page", align_of::<T>()),
             ));
         }
-        let bytes = byte_size::<T>(api, argument, len)?;
+        let bytes = byte_size::<T>(crate::SEAL, api, argument, len)?;
         let layout = bytes
             .checked_next_multiple_of(PAGE)
             .and_then(|size| Layout::from_size_align(size, PAGE).ok())

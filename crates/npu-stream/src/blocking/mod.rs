@@ -71,9 +71,11 @@ impl BlockingWait {
         // Still running after the bound: the reactor takes over, so this thread returns in
         // bounded time. A completing step: its hold, raised as the operation completes, is
         // lowered once the stream is let go of.
-        npu_core::holds::completing(|| match pending.wait_for(&stream, BLOCKING_WAIT_MS) {
-            Some(pending) => hand_over(pending, stream),
-            None => strategy::release_stream(stream),
+        npu_core::holds::completing(crate::SEAL, || {
+            match pending.wait_for(&stream, BLOCKING_WAIT_MS) {
+                Some(pending) => hand_over(pending, stream),
+                None => strategy::release_stream(stream),
+            }
         });
     }
 }
@@ -151,7 +153,7 @@ impl CompletionStrategy for BlockingSync {
                     // The device has accepted the operation by now: if Tokio refuses the wait,
                     // the reactor takes it, and a pool thread that ever runs the queued wait
                     // finds its slot empty.
-                    let spawned = spawn_contained(&handle, move || wait.run());
+                    let spawned = spawn_contained(crate::SEAL, &handle, move || wait.run());
                     if !spawned && let Some((pending, stream)) = take(&slot) {
                         npu_core::log!(
                             debug,
@@ -196,7 +198,7 @@ impl Overseer {
         static OVERSEER: OnceLock<Option<&'static Overseer>> = OnceLock::new();
         // In a forked child whose parent had not started it, none: the wait goes to the
         // reactor, as when no thread can start (see `npu_core::fork::start_once`).
-        let started = npu_core::fork::start_once(&OVERSEER, || {
+        let started = npu_core::fork::start_once(crate::SEAL, &OVERSEER, || {
             #[cfg(test)]
             crate::test_support::held::here();
             let overseer: &'static Overseer = Box::leak(Box::new(Overseer {
@@ -207,7 +209,7 @@ impl Overseer {
                 .name("npu-overseer".into())
                 // Marked shared for its life, as the reactor: a hand-over may drop the
                 // last reference to a completion and what it holds.
-                .spawn(|| npu_core::reaper::as_shared_thread(|| overseer.run()))
+                .spawn(|| npu_core::reaper::as_shared_thread(crate::SEAL, || overseer.run()))
             {
                 Ok(handle) => {
                     let _ = overseer.thread.set(handle.thread().clone());

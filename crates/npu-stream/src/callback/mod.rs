@@ -134,7 +134,10 @@ fn next_op_id() -> u64 {
 /// The worker for the stream's device, started on first use.
 fn worker_for(stream: &StreamShared) -> Result<Arc<Worker>> {
     let context = &stream.context;
-    let key = (context.runtime().library_id(), context.device_id());
+    let key = (
+        context.runtime().library_id(crate::SEAL),
+        context.device_id(),
+    );
     let mut workers = workers().lock().unwrap_or_else(|e| e.into_inner());
     if let Some(worker) = workers.get(&key) {
         // Serving a stream again: it will not retire before that stream goes.
@@ -156,7 +159,7 @@ fn worker_for(stream: &StreamShared) -> Result<Arc<Worker>> {
             if tx.send(worker.clone()).is_ok() {
                 // Marked shared for its life: the last handle of a context may go here (a
                 // taken-back event's pool), and its teardown must not hold up the callbacks.
-                npu_core::reaper::as_shared_thread(|| worker.run(&runtime, key));
+                npu_core::reaper::as_shared_thread(crate::SEAL, || worker.run(&runtime, key));
             }
             // The runtime's last handle may be this one (ACL's finalisation, here: the
             // thread serves nothing any more); counted until it is gone.
@@ -206,7 +209,7 @@ impl Worker {
             }
             // The streams go with their entries: a wait for the teardowns made by a task
             // woken here waits until they have (`holds::completing`).
-            npu_core::holds::completing(|| {
+            npu_core::holds::completing(crate::SEAL, || {
                 for (_, entry, failure) in done {
                     entry.end(failure);
                 }
@@ -226,7 +229,7 @@ impl Worker {
             // passed since the last.
             let now = Instant::now();
             if code != ffi::ACL_SUCCESS || now.duration_since(last_probe) >= PROBE_EVERY {
-                npu_core::holds::completing(|| self.probe(&mut probes));
+                npu_core::holds::completing(crate::SEAL, || self.probe(&mut probes));
                 last_probe = now;
             }
             if code != ffi::ACL_SUCCESS && self.retire_if_unused(key) {
@@ -542,7 +545,7 @@ pub(crate) fn release(stream: &mut StreamShared) {
     let workers = workers().lock().unwrap_or_else(|e| e.into_inner());
     // The workers' table, the worker's thread and this stream: no other stream keeps it.
     if Arc::strong_count(&worker) == 3 {
-        let counted = npu_core::reaper::counted(runtime.library_id());
+        let counted = npu_core::reaper::counted(crate::SEAL, runtime.library_id(crate::SEAL));
         *worker.retiring() = Some(counted);
     }
     drop(worker);

@@ -38,7 +38,7 @@ mod sync {
         if npu_core::forked() {
             return None;
         }
-        npu_core::contain::lock_here(mutex, npu_core::contain::Rank::Drain)
+        npu_core::contain::lock_here(crate::SEAL, mutex, npu_core::contain::Rank::Drain)
     }
 }
 
@@ -415,7 +415,7 @@ impl DevicePool {
         let class = self.check::<T>(("DevicePool::alloc", "len"), stream, len)?;
         // In a forked child a block out at the fork never comes back (its release waits for
         // work only the parent runs), so a request queued for room would wait for ever.
-        npu_core::fork::refuse("DevicePool::alloc")?;
+        npu_core::fork::refuse(crate::SEAL, "DevicePool::alloc")?;
         let block = match self.cache.grant(class).await? {
             Granted::Block(block) => block,
             // Boxed: the awaited allocation is a whole stream operation, and carrying it
@@ -592,7 +592,7 @@ impl DevicePool {
     /// the parent's memory, which the child's frees (refused) would not give back, so it
     /// would report bytes given back that were leaked.
     fn trim_named(&self, api: &'static str, bytes: usize) -> Result<usize> {
-        npu_core::fork::refuse(api)?;
+        npu_core::fork::refuse(crate::SEAL, api)?;
         // Under the drain lock from taking the blocks out of the cache until their frees are
         // queued and counted (`Source::giving_back`), as a drain frees the cache.
         let freed = self.cache.trim_to(bytes);
@@ -695,7 +695,7 @@ impl DevicePool {
         stream: &Stream,
         len: usize,
     ) -> Result<usize> {
-        let bytes = byte_size::<T>(api, argument, len)?;
+        let bytes = byte_size::<T>(crate::SEAL, api, argument, len)?;
         if !stream.context().same(self.context()) {
             let (theirs, ours) = (stream.context(), self.context());
             let problem = if theirs.runtime().same_library(ours.runtime()) {

@@ -245,7 +245,7 @@ impl DeviceSource {
         };
         // Before the trims' lock, which a thread of the parent may have held at the fork
         // across the call (and on the thread that forked the bind below answers `Ok`).
-        npu_core::fork::refuse("aclrtMemPoolTrimTo")?;
+        npu_core::fork::refuse(crate::SEAL, "aclrtMemPoolTrimTo")?;
         // Bound although the reference states no context for the pool's calls, as for its
         // frees (docs/architecture.md).
         self.context.bind()?;
@@ -290,15 +290,14 @@ impl DeviceSource {
 unsafe impl Source for DeviceSource {
     type Block = DeviceBlock;
     const NAME: &'static str = "DevicePool::alloc";
-    // SAFETY: npu-stream is a crate of npu-rs.
-    const SEAL: Seal = unsafe { Seal::npu_rs() };
+    const SEAL: Seal = crate::SEAL;
 
     fn block_bytes(block: &DeviceBlock) -> usize {
         block.bytes
     }
 
     fn library(&self) -> Option<usize> {
-        Some(self.context.runtime().library_id())
+        Some(self.context.runtime().library_id(crate::SEAL))
     }
 
     /// The blocks are idle: every operation that used them, on any stream, has completed. So
@@ -602,11 +601,12 @@ impl Teardown {
     /// drop its last handle: it counts as a teardown (`npu_core::wait_for_teardowns` waits for
     /// it).
     fn spawn(self, context: &Context) {
-        let library = context.runtime().library_id();
+        let library = context.runtime().library_id(crate::SEAL);
         let context = context.clone();
-        let spawned = npu_core::reaper::spawn_counted("npu-pool-destroy", library, move || {
-            self.destroy_now(&context)
-        });
+        let spawned =
+            npu_core::reaper::spawn_counted(crate::SEAL, "npu-pool-destroy", library, move || {
+                self.destroy_now(&context)
+            });
         if let Err(err) = spawned {
             npu_core::log!(warn, %err, "no thread to destroy a device memory pool (leaked)");
         }

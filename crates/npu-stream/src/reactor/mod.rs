@@ -218,7 +218,7 @@ impl Reactor {
     /// The reactor, starting its thread on first use; `None` in a forked child whose parent
     /// had not started it (see `npu_core::fork::start_once`).
     pub(crate) fn get() -> Option<&'static Reactor> {
-        let started = npu_core::fork::start_once(&REACTOR, || {
+        let started = npu_core::fork::start_once(crate::SEAL, &REACTOR, || {
             #[cfg(test)]
             crate::test_support::held::here();
             let reactor: &'static Reactor = Box::leak(Box::new(Reactor::unstarted()));
@@ -234,8 +234,9 @@ impl Reactor {
                     // Marked shared for its life: a context or runtime whose last handle
                     // goes here (a subscriber's callback, say) is torn down elsewhere.
                     let run = || reactor.run(&mut watched);
-                    let stopped =
-                        npu_core::contain::contained(|| npu_core::reaper::as_shared_thread(run));
+                    let stopped = npu_core::contain::contained(crate::SEAL, || {
+                        npu_core::reaper::as_shared_thread(crate::SEAL, run)
+                    });
                     if stopped {
                         npu_core::log!(
                             error,
@@ -243,7 +244,7 @@ impl Reactor {
                         );
                     }
                     // Completes and hands over what it watched: still a shared thread.
-                    npu_core::reaper::as_shared_thread(|| reactor.stop(watched));
+                    npu_core::reaper::as_shared_thread(crate::SEAL, || reactor.stop(watched));
                 }) {
                 Ok(handle) => {
                     let _ = reactor.thread.set(handle.thread().clone());
@@ -281,10 +282,10 @@ impl Reactor {
             finished,
             retired,
         } = watched;
-        npu_core::holds::completing(|| {
+        npu_core::holds::completing(crate::SEAL, || {
             for (stream, pending, outcome) in finished {
                 // If completing panics again, the operation is abandoned: its memory leaks.
-                npu_core::contain::contained(|| outcome.apply(pending, &stream));
+                npu_core::contain::contained(crate::SEAL, || outcome.apply(pending, &stream));
                 strategy::release_stream(stream);
             }
             let streams = active.into_iter().map(|active| active.stream);
@@ -381,7 +382,7 @@ impl Reactor {
             // so that a task woken by its completion sees it in the reactor's stats. Taken one
             // at a time, so that a panic leaves the rest to `stop`. One hold for the pass,
             // until its streams are let go.
-            npu_core::holds::completing(|| {
+            npu_core::holds::completing(crate::SEAL, || {
                 while let Some((stream, pending, outcome)) = finished.pop_front() {
                     self.counters.completed();
                     outcome.apply(pending, &stream);

@@ -111,11 +111,11 @@ impl Stream {
             // In a forked child the submission lock may belong to a thread of the parent that
             // was inside a submission at the fork, which does not exist here and would never
             // let it go: refused before the lock, as the runtime call would be.
-            if let Err(err) = npu_core::fork::refuse("Stream::abort") {
+            if let Err(err) = npu_core::fork::refuse(crate::SEAL, "Stream::abort") {
                 break 'wait refused(err);
             }
             let Some(mut aborting) =
-                npu_core::contain::lock_here(&self.shared.submit, Rank::Submission)
+                npu_core::contain::lock_here(crate::SEAL, &self.shared.submit, Rank::Submission)
             else {
                 // This thread is submitting to the stream (a tracing subscriber called from
                 // inside the submission's ACL call), or would wait for another while holding a
@@ -158,7 +158,7 @@ impl Stream {
         let started = std::thread::Builder::new()
             .name("npu-abort".into())
             .spawn(move || {
-                npu_core::holds::completing(move || {
+                npu_core::holds::completing(crate::SEAL, move || {
                     let completer = taken.lock().unwrap_or_else(|e| e.into_inner()).take();
                     if let Some(completer) = completer {
                         let result = shared.abort_blocking(&completer.completion());
@@ -461,7 +461,8 @@ unsafe impl npu_core::DeviceAbortWatch for StreamShared {
     fn before(&self) -> bool {
         // The aborting thread may be inside this stream's submission (a tracing subscriber
         // called from its ACL call): marking would wait for itself, so the abort is refused.
-        let Some(held) = npu_core::contain::lock_here(&self.submit, Rank::Submission) else {
+        let Some(held) = npu_core::contain::lock_here(crate::SEAL, &self.submit, Rank::Submission)
+        else {
             return false;
         };
         let mut marked = self.mark_discard();
@@ -481,7 +482,7 @@ unsafe impl npu_core::DeviceAbortWatch for StreamShared {
         // Taken when this thread may take it, which it could at PRE (or the abort would not
         // have happened); without it the order with submissions still holds, since the
         // runtime refuses them until the abort returns.
-        let held = npu_core::contain::lock_here(&self.submit, Rank::Submission);
+        let held = npu_core::contain::lock_here(crate::SEAL, &self.submit, Rank::Submission);
         self.confirm_discard(marked);
         drop(held);
     }

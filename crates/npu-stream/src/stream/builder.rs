@@ -175,7 +175,8 @@ impl StreamBuilder {
         });
         let watcher: Weak<dyn npu_core::DeviceAbortWatch> = Arc::downgrade(&shared) as _;
         let ctx = &shared.context;
-        ctx.runtime().watch_device_aborts(ctx.device_id(), watcher);
+        ctx.runtime()
+            .watch_device_aborts(crate::SEAL, ctx.device_id(), watcher);
         Ok(Stream { shared })
     }
 }

@@ -83,7 +83,10 @@ impl Drop for Stream {
     /// (`StreamShared::leak`): it is never released, and would count for good.
     fn drop(&mut self) {
         if self.shared.users.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let counted = npu_core::reaper::counted(self.shared.context.runtime().library_id());
+            let counted = npu_core::reaper::counted(
+                crate::SEAL,
+                self.shared.context.runtime().library_id(crate::SEAL),
+            );
             let mut let_go = self.shared.let_go();
             if !let_go.leaked {
                 let_go.counted = Some(counted);
@@ -551,7 +554,7 @@ impl Stream {
         // registry panics there once its own per-thread state is gone.
         let mut span = tracing::Span::none();
         let device = self.context().device_id();
-        npu_core::contain::contained(|| {
+        npu_core::contain::contained(crate::SEAL, || {
             span = tracing::debug_span!(
                 "npu_op",
                 op = op.api,
@@ -592,13 +595,13 @@ impl Stream {
         // device accepted the work, drop the value the operation must keep until it completes
         // (an `Arc` clone, which the caller could then unwrap under the device).
         let mut entered = None;
-        if npu_core::contain::contained(|| entered = Some(span.enter())) {
+        if npu_core::contain::contained(crate::SEAL, || entered = Some(span.enter())) {
             // It panicked after the subscriber may have marked the thread as inside the span
             // (a registry records the entry before its layers see it): left again, as the
             // guard that never came to be would have, or the thread's later events and spans
             // would sit inside this one for ever. Leaving a span the thread is not in changes
             // nothing.
-            npu_core::contain::contained(|| {
+            npu_core::contain::contained(crate::SEAL, || {
                 span.with_subscriber(|(id, dispatch)| dispatch.exit(id));
             });
         }
@@ -609,7 +612,7 @@ impl Stream {
             // the thread that forked the bind is answered from the parent's record without
             // ACL, so its refused record was taken for work the device may run and drained
             // by a thread that never could: it waited for ever.
-            if let Err(err) = npu_core::fork::refuse(op.api) {
+            if let Err(err) = npu_core::fork::refuse(crate::SEAL, op.api) {
                 return Err(Submission::Rejected(completer, err));
             }
             if let Err(err) = self.context().bind() {
@@ -618,7 +621,8 @@ impl Stream {
             // Held across the ACL calls, which may run a tracing subscriber (the simulator
             // logs each failed call): one that submits to this stream again from there is
             // refused instead of waiting for this thread for ever.
-            let Some(order) = npu_core::contain::lock_here(&self.shared.submit, Rank::Submission)
+            let Some(order) =
+                npu_core::contain::lock_here(crate::SEAL, &self.shared.submit, Rank::Submission)
             else {
                 return Err(Submission::Rejected(completer, reentered(caller)));
             };
@@ -670,7 +674,7 @@ impl Stream {
                     drain(&self.shared, unwatched.completer, unwatched.error, op.api)
                 })
         })();
-        npu_core::contain::contained(move || drop(entered));
+        npu_core::contain::contained(crate::SEAL, move || drop(entered));
         match outcome {
             Ok(()) => {}
             // The device never saw the work: nothing to wait for. A context that a fault
