@@ -1,6 +1,6 @@
 //! Misuse that must not compile: safe code cannot complete an operation (and so free its
-//! buffers while the device still uses them), create a completer, or run code on a completion;
-//! nor can it replace a stream's fault watch or claim its faults, implement the pool
+//! buffers while the device still uses them), create a completer, run code on a completion, or
+//! call the plumbing npu-rs's crates share (it takes a seal a dependent cannot make); nor can it replace a stream's fault watch or claim its faults, implement the pool
 //! machinery's sealed `Source`, name a runtime library without `unsafe`, build a record npu-sys
 //! reports (`#[non_exhaustive]`), hand pageable memory to an async copy or a borrowed buffer to
 //! a kernel launch, reach one part of a split buffer from two operations, copy over a value
@@ -19,6 +19,12 @@ fn forging_a_completion_does_not_compile() {
 fn aliasing_memory_or_copying_pageable_memory_does_not_compile() {
     let cases = trybuild::TestCases::new();
     cases.compile_fail("tests/ui_memory/*.rs");
+}
+
+#[test]
+fn calling_the_plumbing_npu_rs_crates_share_without_their_seal_does_not_compile() {
+    let cases = trybuild::TestCases::new();
+    cases.compile_fail("tests/ui_sealed/*.rs");
 }
 
 #[test]

@@ -9,7 +9,9 @@ use std::sync::Mutex;
 use npu_core::contain::{Rank, lock_here};
 
 fn main() {
+    // SAFETY: a test of npu-rs's own.
+    let seal = unsafe { npu_core::seal::Seal::npu_rs() };
     let lock = Mutex::new(0);
-    lock_here(&lock, Rank::Submission).unwrap();
-    npu_core::reaper::counted(0);
+    lock_here(seal, &lock, Rank::Submission).unwrap();
+    npu_core::reaper::counted(seal, 0);
 }

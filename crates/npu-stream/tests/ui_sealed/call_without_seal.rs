@@ -1,0 +1,26 @@
+// The plumbing npu-rs's crates share is public (they are separate packages), but a dependent
+// cannot call it: each item takes a `Seal`, which it cannot make (`forge_seal.rs`). Here a
+// representative of each module, called as before the seal.
+use std::sync::{Mutex, OnceLock};
+
+use npu_core::contain::{Rank, lock_here};
+use npu_core::{Device, Runtime};
+
+fn main() -> npu_core::Result<()> {
+    let lock = Mutex::new(0);
+    let _held = lock_here(&lock, Rank::Submission);
+    npu_core::contain::contained(|| ());
+    npu_core::holds::completing(|| ());
+    npu_core::reaper::as_shared_thread(|| ());
+    let runtime = Runtime::global()?;
+    let _counted = npu_core::reaper::counted(runtime.library_id());
+    npu_core::reaper::spawn_counted("forged", 0, || ()).unwrap();
+    static CELL: OnceLock<u32> = OnceLock::new();
+    npu_core::fork::start_once(&CELL, || 1);
+    npu_core::fork::refuse("forged")?;
+    let (a, b) = (Device::open(0)?, Device::open(1)?);
+    a.with_steady_peer_access("forged", &b, || ())?;
+    let buffer = npu_mem::DeviceBuffer::<u8>::new(a.primary_context(), 4)?;
+    let _ = npu_mem::bytes_of(&buffer);
+    Ok(())
+}
