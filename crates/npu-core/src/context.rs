@@ -59,6 +59,18 @@ pub(crate) struct ContextInner {
 unsafe impl Send for ContextInner {}
 // SAFETY: as above; `ContextInner` has no interior mutability.
 unsafe impl Sync for ContextInner {}
+// The impls above vouch for `handle` alone: every other field is `Send + Sync` of its own, checked
+// here, and a field added later breaks this pattern until it is checked too.
+const _: fn(&ContextInner) = |fields| {
+    let ContextInner {
+        runtime,
+        device_id,
+        handle: _,
+        id,
+        primary,
+    } = fields;
+    let _: [&(dyn Send + Sync); 4] = [runtime, device_id, id, primary];
+};
 
 fn next_context_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -386,6 +398,17 @@ struct Release {
 // SAFETY: an aclrtContext is an opaque handle that ACL allows any thread to use; the rest is
 // `Send`.
 unsafe impl Send for Release {}
+// The impl above vouches for `handle` alone: every other field is `Send` of its own, checked here,
+// and a field added later breaks this pattern until it is checked too.
+const _: fn(&Release) = |fields| {
+    let Release {
+        runtime,
+        device_id,
+        handle: _,
+        primary,
+    } = fields;
+    let _: [&dyn Send; 3] = [runtime, device_id, primary];
+};
 
 impl Release {
     fn run(self) {

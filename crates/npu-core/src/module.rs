@@ -58,6 +58,16 @@ enum Source {
 unsafe impl Send for ModuleInner {}
 // SAFETY: as above; nothing in `ModuleInner` is mutated after construction.
 unsafe impl Sync for ModuleInner {}
+// The impls above vouch for `handle` alone: every other field is `Send + Sync` of its own, checked
+// here, and a field added later breaks this pattern until it is checked too.
+const _: fn(&ModuleInner) = |fields| {
+    let ModuleInner {
+        context,
+        handle: _,
+        source,
+    } = fields;
+    let _: [&(dyn Send + Sync); 2] = [context, source];
+};
 
 /// Options for loading a binary (`aclrtBinaryLoadOptions`); start with [`Module::loader`].
 ///
@@ -542,6 +552,16 @@ struct FunctionInner {
 unsafe impl Send for FunctionInner {}
 // SAFETY: as above.
 unsafe impl Sync for FunctionInner {}
+// The impls above vouch for `handle` alone: every other field is `Send + Sync` of its own, checked
+// here, and a field added later breaks this pattern until it is checked too.
+const _: fn(&FunctionInner) = |fields| {
+    let FunctionInner {
+        module,
+        handle: _,
+        name,
+    } = fields;
+    let _: [&(dyn Send + Sync); 2] = [module, name];
+};
 
 impl Function {
     /// The kernel's name.

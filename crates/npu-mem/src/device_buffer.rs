@@ -98,6 +98,18 @@ pub struct DeviceBuffer<T: Pod> {
 unsafe impl<T: Pod> Send for DeviceBuffer<T> {}
 // SAFETY: shared access only reads the address and records uses (a mutex-protected list).
 unsafe impl<T: Pod> Sync for DeviceBuffer<T> {}
+// The impls above vouch for `ptr` and `_elements` alone: every other field is `Send + Sync` of its
+// own, checked here, and a field added later breaks this pattern until it is checked too.
+const _: fn(&DeviceBuffer<u8>) = |fields| {
+    let DeviceBuffer {
+        context,
+        ptr: _,
+        len,
+        uses,
+        _elements: _,
+    } = fields;
+    let _: [&(dyn Send + Sync); 3] = [context, len, uses];
+};
 
 /// The size in bytes of an allocation of `len` elements of `T`: exactly
 /// `len * size_of::<T>()`, checked before any memory is asked for.

@@ -159,6 +159,12 @@ pub(crate) struct HostBlock {
 
 // SAFETY: the block is an owned allocation; its address may be used and freed from any thread.
 unsafe impl Send for HostBlock {}
+// The impl above vouches for `ptr` alone: every other field is `Send` of its own, checked here, and
+// a field added later breaks this pattern until it is checked too.
+const _: fn(&HostBlock) = |fields| {
+    let HostBlock { ptr: _, bytes } = fields;
+    let _: [&dyn Send; 1] = [bytes];
+};
 
 impl HostBlock {
     /// Allocates `bytes` (already checked to be non-zero and at most `isize::MAX`) of pinned

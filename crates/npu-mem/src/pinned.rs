@@ -46,6 +46,18 @@ pub struct PinnedBuffer<T: Pod> {
 unsafe impl<T: Pod> Send for PinnedBuffer<T> {}
 // SAFETY: shared access only reads; use recording is behind a mutex.
 unsafe impl<T: Pod> Sync for PinnedBuffer<T> {}
+// The impls above vouch for `block` and `_elements` alone: every other field is `Send + Sync` of
+// its own, checked here, and a field added later breaks this pattern until it is checked too.
+const _: fn(&PinnedBuffer<u8>) = |fields| {
+    let PinnedBuffer {
+        context,
+        block: _,
+        len,
+        uses,
+        _elements: _,
+    } = fields;
+    let _: [&(dyn Send + Sync); 3] = [context, len, uses];
+};
 
 impl<T: Pod> PinnedBuffer<T> {
     /// Allocates `len` zeroed elements of page-locked memory (`aclrtMallocHost`).

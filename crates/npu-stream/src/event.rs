@@ -91,6 +91,19 @@ struct EventInner {
 unsafe impl Send for EventInner {}
 // SAFETY: as above.
 unsafe impl Sync for EventInner {}
+// The impls above vouch for `handle` alone: every other field is `Send + Sync` of its own, checked
+// here, and a field added later breaks this pattern until it is checked too.
+const _: fn(&EventInner) = |fields| {
+    let EventInner {
+        context,
+        handle: _,
+        kind,
+        flags,
+        last_record,
+        recording,
+    } = fields;
+    let _: [&(dyn Send + Sync); 5] = [context, kind, flags, last_record, recording];
+};
 
 /// Creation options for an [`Event`].
 ///

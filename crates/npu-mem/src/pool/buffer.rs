@@ -51,6 +51,18 @@ pub struct PooledBuffer<T: Pod> {
 unsafe impl<T: Pod> Send for PooledBuffer<T> {}
 // SAFETY: shared access only reads; use recording is behind a mutex.
 unsafe impl<T: Pod> Sync for PooledBuffer<T> {}
+// The impls above vouch for `block` and `_elements` alone: every other field is `Send + Sync` of
+// its own, checked here, and a field added later breaks this pattern until it is checked too.
+const _: fn(&PooledBuffer<u8>) = |fields| {
+    let PooledBuffer {
+        shared,
+        block: _,
+        len,
+        uses,
+        _elements: _,
+    } = fields;
+    let _: [&(dyn Send + Sync); 3] = [shared, len, uses];
+};
 
 impl<T: Pod> PooledBuffer<T> {
     /// The size of the underlying block (the request rounded to its size class).

@@ -37,6 +37,17 @@ pub struct PageAlignedBuffer<T: Pod> {
 unsafe impl<T: Pod> Send for PageAlignedBuffer<T> {}
 // SAFETY: shared access only reads.
 unsafe impl<T: Pod> Sync for PageAlignedBuffer<T> {}
+// The impls above vouch for `ptr` and `_elements` alone: every other field is `Send + Sync` of its
+// own, checked here, and a field added later breaks this pattern until it is checked too.
+const _: fn(&PageAlignedBuffer<u8>) = |fields| {
+    let PageAlignedBuffer {
+        ptr: _,
+        len,
+        layout,
+        _elements: _,
+    } = fields;
+    let _: [&(dyn Send + Sync); 2] = [len, layout];
+};
 
 impl<T: Pod> PageAlignedBuffer<T> {
     /// Allocates `len` zeroed elements, rounded up to whole pages.

@@ -61,6 +61,18 @@ pub struct PooledDeviceBuffer<T: Pod> {
 unsafe impl<T: Pod> Send for PooledDeviceBuffer<T> {}
 // SAFETY: shared access only reads the address and records uses (a mutex-protected list).
 unsafe impl<T: Pod> Sync for PooledDeviceBuffer<T> {}
+// The impls above vouch for `block` and `_elements` alone: every other field is `Send + Sync` of
+// its own, checked here, and a field added later breaks this pattern until it is checked too.
+const _: fn(&PooledDeviceBuffer<u8>) = |fields| {
+    let PooledDeviceBuffer {
+        pool,
+        block: _,
+        len,
+        uses,
+        _elements: _,
+    } = fields;
+    let _: [&(dyn Send + Sync); 3] = [pool, len, uses];
+};
 
 impl<T: Pod> PooledDeviceBuffer<T> {
     /// The size of the underlying block (the request rounded to its size class).

@@ -22,6 +22,12 @@ pub(crate) struct DeviceBlock {
 // SAFETY: a device address is an integer to the host; whoever owns the block may use and
 // free it from any thread.
 unsafe impl Send for DeviceBlock {}
+// The impl above vouches for `ptr` alone: every other field is `Send` of its own, checked here, and
+// a field added later breaks this pattern until it is checked too.
+const _: fn(&DeviceBlock) = |fields| {
+    let DeviceBlock { ptr: _, bytes } = fields;
+    let _: [&dyn Send; 1] = [bytes];
+};
 
 /// The functions the runtime-pool backend calls: all optional in `AclApi` (newer CANN).
 const POOL_API: [&str; 6] = [
@@ -134,6 +140,16 @@ unsafe impl Send for RuntimePool {}
 // SAFETY: every use of the pool is an ACL call, which the runtime makes thread-safe; the
 // stream is `Sync`.
 unsafe impl Sync for RuntimePool {}
+// The impls above vouch for `pool` alone: every other field is `Send + Sync` of its own, checked
+// here, and a field added later breaks this pattern until it is checked too.
+const _: fn(&RuntimePool) = |fields| {
+    let RuntimePool {
+        pool: _,
+        release,
+        trims,
+    } = fields;
+    let _: [&(dyn Send + Sync); 2] = [release, trims];
+};
 
 /// How the blocks are allocated and freed.
 enum Backend {
@@ -594,6 +610,12 @@ struct Teardown {
 
 // SAFETY: as for `RuntimePool`: a runtime handle, and a `Send` stream.
 unsafe impl Send for Teardown {}
+// The impl above vouches for `pool` alone: every other field is `Send` of its own, checked here,
+// and a field added later breaks this pattern until it is checked too.
+const _: fn(&Teardown) = |fields| {
+    let Teardown { pool: _, release } = fields;
+    let _: [&dyn Send; 1] = [release];
+};
 
 impl Teardown {
     /// Destroys the pool on a thread of its own: `aclrtMemPoolDestroy` synchronises the

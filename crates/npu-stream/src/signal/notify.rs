@@ -55,6 +55,12 @@ struct NotifyInner {
 unsafe impl Send for NotifyInner {}
 // SAFETY: as above; the handle is never mutated.
 unsafe impl Sync for NotifyInner {}
+// The impls above vouch for `handle` alone: every other field is `Send + Sync` of its own, checked
+// here, and a field added later breaks this pattern until it is checked too.
+const _: fn(&NotifyInner) = |fields| {
+    let NotifyInner { context, handle: _ } = fields;
+    let _: [&(dyn Send + Sync); 1] = [context];
+};
 
 impl Notify {
     /// Creates a cleared notify on `context`'s device (`aclrtCreateNotify` with

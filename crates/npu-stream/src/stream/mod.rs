@@ -198,6 +198,59 @@ pub(crate) struct Queue {
 unsafe impl Send for StreamShared {}
 // SAFETY: as above; all mutable state is behind mutexes.
 unsafe impl Sync for StreamShared {}
+// The impls above vouch for `handle` alone: every other field is `Send + Sync` of its own, checked
+// here, and a field added later breaks this pattern until it is checked too.
+const _: fn(&StreamShared) = |fields| {
+    let StreamShared {
+        context,
+        handle: _,
+        id,
+        submit,
+        queue,
+        events,
+        staging,
+        strategy,
+        strategy_state,
+        failure,
+        tail,
+        watched,
+        aborted_through,
+        aborts_marked,
+        aborting_through,
+        faulted_at_abort,
+        device_abort,
+        stops,
+        fault_noticed,
+        drains,
+        _fault_watch,
+        users,
+        let_go,
+    } = fields;
+    let _: [&(dyn Send + Sync); 22] = [
+        context,
+        id,
+        submit,
+        queue,
+        events,
+        staging,
+        strategy,
+        strategy_state,
+        failure,
+        tail,
+        watched,
+        aborted_through,
+        aborts_marked,
+        aborting_through,
+        faulted_at_abort,
+        device_abort,
+        stops,
+        fault_noticed,
+        drains,
+        _fault_watch,
+        users,
+        let_go,
+    ];
+};
 
 /// Where a submission failed: before the device accepted the work, or after.
 enum Submission {
