@@ -618,17 +618,36 @@ pub struct PeerAccess {
 }
 
 impl PeerAccess {
-    /// The device that gained access.
+    /// The device that gained access: the one whose
+    /// [`enable_peer_access`](Device::enable_peer_access) made this guard.
     ///
     /// ```
     /// use npu_core::Device;
     ///
     /// let (a, b) = (Device::open(0)?, Device::open(1)?);
-    /// assert_eq!(a.enable_peer_access(&b)?.from(), &a);
+    /// assert_eq!(a.enable_peer_access(&b)?.device(), &a);
     /// # Ok::<(), npu_core::Error>(())
     /// ```
-    pub fn from(&self) -> &Device {
+    pub fn device(&self) -> &Device {
         &self.from
+    }
+
+    /// The earlier name of [`device`](PeerAccess::device), kept so that code written against
+    /// it compiles: `PeerAccess::from` read like a conversion (`From::from`), which it is not.
+    ///
+    /// ```
+    /// use npu_core::Device;
+    ///
+    /// let (a, b) = (Device::open(0)?, Device::open(1)?);
+    /// let access = a.enable_peer_access(&b)?;
+    /// #[allow(deprecated)]
+    /// let from = access.from();
+    /// assert_eq!(from, access.device());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    #[deprecated(note = "renamed to `PeerAccess::device`")]
+    pub fn from(&self) -> &Device {
+        self.device()
     }
 
     /// The device whose memory became accessible.
