@@ -14,10 +14,8 @@
 //! cache never lent) only skew its counters, which stop at zero: no panic, and no cache that
 //! refuses every request afterwards.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::Instant;
@@ -26,6 +24,7 @@ use npu_core::{Error, MemoryErrorKind, Result, UseList};
 use tokio::sync::oneshot;
 
 use super::repairs::Repairs;
+use super::settling::Settling;
 use super::size_class::size_class;
 use super::state::State;
 use super::stats::{PoolStats, Timing};
@@ -131,10 +130,7 @@ pub struct Cache<S: Source> {
     /// Blocks waiting for [`Source::repair`], and whether a repair thread is serving them.
     repairs: Repairs<S::Block>,
     /// The tasks waiting in [`settled`](Cache::settled).
-    settling: Mutex<Settling>,
-    /// Whether `settling` holds a waker: a change that settles the pool looks at the list only
-    /// then, so a block's return costs no second lock while nobody waits.
-    anyone_settling: AtomicBool,
+    settling: Settling,
 }
 
 // As the pools print themselves: the state's lock is never held across user code (see the
@@ -149,14 +145,6 @@ impl<S: Source> std::fmt::Debug for Cache<S> {
     }
 }
 
-/// The wakers of [`Settled`] futures, each under its future's id: keyed, so that a future's
-/// poll and drop find its entry at once however many tasks wait.
-#[derive(Default)]
-struct Settling {
-    next_id: u64,
-    wakers: HashMap<u64, Waker>,
-}
-
 impl<S: Source> Cache<S> {
     /// A cache of at most `capacity` bytes (unbounded when `None`) over `source`.
     pub fn new(source: S, capacity: Option<usize>) -> Self {
@@ -166,8 +154,7 @@ impl<S: Source> Cache<S> {
             state: Mutex::new(State::new(capacity)),
             timing: Timing::default(),
             repairs: Repairs::new(),
-            settling: Mutex::default(),
-            anyone_settling: AtomicBool::new(false),
+            settling: Settling::new(),
         }
     }
 
@@ -708,25 +695,13 @@ impl<S: Source> Cache<S> {
         }
     }
 
-    fn settling(&self) -> MutexGuard<'_, Settling> {
-        self.settling.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Wakes every task waiting in [`settled`](Cache::settled), after a change that left the
     /// pool settled. Each wake-up (and the waker's drop: woken by value) is the waiting task's
     /// user code, run on whichever thread returned the block (the reaper, a completion
     /// thread): a panic there is that task's alone, so each is contained on its own and the
     /// others are still woken.
     fn wake_settling(&self) {
-        if !self.anyone_settling.load(Ordering::SeqCst) {
-            return;
-        }
-        let wakers = {
-            let mut settling = self.settling();
-            self.anyone_settling.store(false, Ordering::SeqCst);
-            std::mem::take(&mut settling.wakers)
-        };
-        for waker in wakers.into_values() {
+        for waker in self.settling.take() {
             if npu_core::contain::contained(crate::SEAL, || waker.wake()) {
                 npu_core::log!(
                     error,
@@ -802,21 +777,13 @@ impl<S: Source> std::fmt::Debug for Settled<S> {
 impl<S: Source> Settled<S> {
     /// Takes this future's waker out of the cache's list, to drop outside the lock.
     fn unregister(&mut self) -> Option<Waker> {
-        let id = self.id.take()?;
         if npu_core::forked() {
             // A parent thread may have held the settling lock at the fork, and in the child
             // nothing would let go of it: the entry is left to the child's copy of the list.
+            self.id = None;
             return None;
         }
-        let mut settling = self.cache.settling();
-        let waker = settling.wakers.remove(&id);
-        if settling.wakers.is_empty() {
-            // So that a change settling the pool skips the list again once the last waiter
-            // went away unwoken (a `select!` against a timeout). A later poll sets it again
-            // under this lock before it reads the state.
-            self.cache.anyone_settling.store(false, Ordering::SeqCst);
-        }
-        waker
+        self.cache.settling.leave(&mut self.id)
     }
 }
 
@@ -831,28 +798,11 @@ impl<S: Source> Future for Settled<S> {
             drop(self.unregister());
             return Poll::Ready(());
         }
-        // A waker's clone and drop are user code, which may return a block and so take the
-        // settling lock on this thread: both run outside it.
-        let waker = cx.waker().clone();
         let this = &mut *self;
-        let replaced = {
-            let mut settling = this.cache.settling();
-            let settling = &mut *settling;
-            let id = *this.id.get_or_insert_with(|| {
-                settling.next_id += 1;
-                settling.next_id
-            });
-            // Stored before the state is read below: a change that settles the pool after
-            // that read finds the flag set and wakes this task.
-            this.cache.anyone_settling.store(true, Ordering::SeqCst);
-            settling.wakers.insert(id, waker)
-        };
-        drop(replaced);
-        if this.cache.lock().settled() {
-            drop(this.unregister());
-            return Poll::Ready(());
-        }
-        Poll::Pending
+        let cache = &this.cache;
+        cache
+            .settling
+            .poll(&mut this.id, cx.waker(), || cache.lock().settled())
     }
 }
 

@@ -17,12 +17,15 @@ pub mod cache;
 #[cfg(test)]
 mod model;
 mod repairs;
+mod settling;
 mod size_class;
 mod state;
 mod stats;
 
-/// Std-backed primitives for [`repairs`]; the loom model supplies loom's instead.
+/// Std-backed primitives for [`repairs`] and [`settling`]; the loom model supplies loom's
+/// instead.
 mod sync {
+    pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
     pub(crate) use std::sync::{Mutex, MutexGuard};
 }
 

@@ -1,22 +1,35 @@
-//! Loom model of a pool's repair queue, on the pool's own `repairs.rs`: threads returning
-//! blocks after a memory error queue them, the one that finds no repair thread serving the
-//! queue starts one (or, when it cannot, settles the queued blocks itself), and the repair
-//! thread takes blocks until none is left. Checked: no queued block is ever left without a
-//! repair thread to take it, each is settled exactly once, and one thread serves the queue
-//! (never two examining blocks at once).
+//! Loom models of a pool's hand-offs between threads, on the pool's own files.
+//!
+//! `repairs.rs`, the repair queue of blocks after a memory error: threads returning blocks
+//! queue them, the one that finds no repair thread serving the queue starts one (or, when it
+//! cannot, settles the queued blocks itself), and the repair thread takes blocks until none
+//! is left. Checked: no queued block is ever left without a repair thread to take it, each is
+//! settled exactly once, and one thread serves the queue (never two examining blocks at
+//! once).
+//!
+//! `settling.rs`, the tasks awaiting `settled()`: a waiter polling while the last block comes
+//! back is always woken, each of several, a waiter dropped while a change wakes takes no
+//! other's wake-up, and the flag the last leaving waiter lowers never hides a waiter that
+//! just arrived.
 
 mod sync {
+    pub(crate) use loom::sync::atomic::{AtomicBool, Ordering};
     pub(crate) use loom::sync::{Mutex, MutexGuard};
 }
 
-// The point of the model is to check the very file the pool compiles, under loom.
+// The point of the model is to check the very files the pool compiles, under loom.
 #[allow(clippy::duplicate_mod)]
 #[path = "repairs.rs"]
 mod repairs;
+#[allow(clippy::duplicate_mod)]
+#[path = "settling.rs"]
+mod settling;
 
-use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use repairs::Repairs;
+use settling::Settling;
+use std::task::{Context, Poll, Wake, Waker};
 
 /// The modelled pool: its repair queue, how often each block was settled, the repair threads
 /// started (joined at the end), which starts fail (by the order they are tried in), and how
@@ -104,4 +117,192 @@ fn no_queued_block_is_left_without_a_repair_thread() {
             }
         });
     }
+}
+
+/// A pool's state as `settled()` sees it: the blocks still out, under a lock as the pool's
+/// `State` is, and the tasks awaiting the pool's settling (the library's `Settling`).
+struct Blocks {
+    out: Mutex<usize>,
+    settling: Settling,
+}
+
+impl Blocks {
+    fn new(out: usize) -> Arc<Self> {
+        Arc::new(Blocks {
+            out: Mutex::new(out),
+            settling: Settling::new(),
+        })
+    }
+
+    /// A block comes back, in `Cache::change_and_evict`'s order: whether the change took the
+    /// pool from unsettled to settled is decided under the state lock, and the waiting tasks
+    /// are woken (`Cache::wake_settling`) once it is let go of.
+    fn give_back(&self) {
+        let settled = {
+            let mut out = self.out.lock().unwrap();
+            let was_settled = *out == 0;
+            *out -= 1;
+            !was_settled && *out == 0
+        };
+        if settled {
+            self.settling.take().for_each(Waker::wake);
+        }
+    }
+
+    /// `Settled::poll`: the library's `Settling::poll`, reading the state under its lock.
+    fn poll(&self, id: &mut Option<u64>, cx: &mut Context<'_>) -> Poll<()> {
+        self.settling
+            .poll(id, cx.waker(), || *self.out.lock().unwrap() == 0)
+    }
+
+    /// A task awaiting `settled()` to the end. `block_on` reports a deadlock if it stays
+    /// pending without being woken.
+    fn wait(&self) {
+        let mut id = None;
+        loom::future::block_on(std::future::poll_fn(|cx| self.poll(&mut id, cx)));
+        // The future's drop.
+        assert!(
+            self.settling.leave(&mut id).is_none(),
+            "ready, yet still listed"
+        );
+    }
+
+    /// A task that polls `settled()` once with `waker` and then drops the future, as one in a
+    /// `select!` that another branch won; whether that poll found the pool settled.
+    fn poll_once_and_leave(&self, waker: &Waker) -> bool {
+        let mut id = None;
+        let ready = self
+            .poll(&mut id, &mut Context::from_waker(waker))
+            .is_ready();
+        drop(self.settling.leave(&mut id));
+        ready
+    }
+}
+
+/// A task's waker that only records that it was woken.
+struct Woken(AtomicBool);
+
+impl Woken {
+    fn new() -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Woken(AtomicBool::new(false)))
+    }
+
+    fn woken(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl Wake for Woken {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Runs `model` under loom with a preemption bound: with three threads, unbounded, the
+/// settling models take minutes each where two preemptions take seconds (enough for every
+/// break they were tried against: the flag raised after the state is read, lowered by a
+/// leaving waiter that finds others listed, or lowered after the list's lock is let go).
+/// `LOOM_MAX_PREEMPTIONS` overrides it.
+fn check(model: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound.get_or_insert(PREEMPTIONS);
+    builder.check(model);
+}
+
+/// See [`check`].
+const PREEMPTIONS: usize = 2;
+
+/// A waiter polls while the pool's last block comes back: it finds the pool settled, or it is
+/// woken.
+#[test]
+fn a_waiter_polling_while_the_last_block_comes_back_is_always_woken() {
+    check(|| {
+        let blocks = Blocks::new(1);
+        let returner = {
+            let blocks = blocks.clone();
+            loom::thread::spawn(move || blocks.give_back())
+        };
+        blocks.wait();
+        returner.join().unwrap();
+    });
+}
+
+/// Two waiters poll while the last block comes back: each is woken (a second registration
+/// displaces no first, a wake-up taken by one leaves none behind).
+#[test]
+fn every_waiter_is_woken() {
+    check(|| {
+        let blocks = Blocks::new(1);
+        let returner = {
+            let blocks = blocks.clone();
+            loom::thread::spawn(move || blocks.give_back())
+        };
+        let other = {
+            let blocks = blocks.clone();
+            loom::thread::spawn(move || blocks.wait())
+        };
+        blocks.wait();
+        other.join().unwrap();
+        returner.join().unwrap();
+    });
+}
+
+/// A waiter already pending while another polls once and is dropped, as the last block comes
+/// back: the dropped one's leaving (its entry removed, the flag lowered if it finds the list
+/// empty) takes nothing from the pending one, which is woken.
+#[test]
+fn a_waiter_dropped_while_a_change_wakes_takes_no_other_wake_up() {
+    check(|| {
+        let blocks = Blocks::new(1);
+        let pending = Woken::new();
+        let mut id = None;
+        let waker = Waker::from(pending.clone());
+        assert!(
+            blocks
+                .poll(&mut id, &mut Context::from_waker(&waker))
+                .is_pending()
+        );
+        let dropped = {
+            let blocks = blocks.clone();
+            loom::thread::spawn(move || {
+                blocks.poll_once_and_leave(&Waker::from(Woken::new()));
+            })
+        };
+        let returner = {
+            let blocks = blocks.clone();
+            loom::thread::spawn(move || blocks.give_back())
+        };
+        dropped.join().unwrap();
+        returner.join().unwrap();
+        assert!(pending.woken(), "the pending waiter slept on");
+        assert!(
+            blocks
+                .poll(&mut id, &mut Context::from_waker(&waker))
+                .is_ready()
+        );
+    });
+}
+
+/// A waiter arrives while another, the only one listed, polls once and leaves, lowering the
+/// flag as the last to go, and the last block comes back: the arrival is still woken (the
+/// flag is lowered only under the list's lock with the list found empty, and raised under it
+/// by every arrival).
+#[test]
+fn the_flag_the_last_leaving_waiter_lowers_hides_no_arrival() {
+    check(|| {
+        let blocks = Blocks::new(1);
+        let leaving = {
+            let blocks = blocks.clone();
+            loom::thread::spawn(move || {
+                blocks.poll_once_and_leave(&Waker::from(Woken::new()));
+            })
+        };
+        let returner = {
+            let blocks = blocks.clone();
+            loom::thread::spawn(move || blocks.give_back())
+        };
+        blocks.wait();
+        leaving.join().unwrap();
+        returner.join().unwrap();
+    });
 }
