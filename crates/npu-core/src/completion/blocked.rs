@@ -1,12 +1,13 @@
 //! The one wake-up that every thread blocked on an operation shares: how it is armed on the
 //! operation's state and how a thread blocks on it. Written against `super::sync` and
 //! `super::state`, so that the loom model (`completion::model`) checks the very code blocked
-//! threads run.
+//! threads run; the clock is `super::sync`'s too, so that the model can let a bounded wait
+//! time out.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::state::State;
-use super::sync::{Arc, Condvar, Mutex, MutexGuard};
+use super::sync::{Arc, Condvar, Instant, Mutex, MutexGuard};
 
 /// Raised once, when the operation completes or is abandoned. Every [`BlockingWaiter`] of the
 /// operation waits on the same one, so however many waiters come and go while it is pending,

@@ -40,11 +40,12 @@ pub(crate) fn memory_error_from_level(level: u8) -> Option<MemoryErrorKind> {
     }
 }
 
-/// Std-backed primitives for [`state`] and [`blocked`]; the loom model test supplies loom's
-/// instead.
+/// Std-backed primitives and clock for [`state`] and [`blocked`]; the loom model test supplies
+/// loom's instead, and a clock of its own.
 mod sync {
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
     pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+    pub(crate) use std::time::Instant;
 }
 
 /// The completion of one device operation: the read side, shared by whoever waits for it (a

@@ -3,8 +3,88 @@
 //! `blocked.rs`, the signal blocked threads wait on).
 
 mod sync {
+    pub(crate) use super::timed::{Condvar, Instant};
     pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-    pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
+    pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
+}
+
+/// A clock and a condition variable whose bounded wait can time out, for `blocked.rs`'s timed
+/// wait: loom 0.7's `Condvar::wait_timeout` never times out. The clock is the model's own
+/// (a real one would make loom's runs differ), and stands still but for a wait that times
+/// out, which moves it on by the time waited. Whether a bounded wait times out is the run's
+/// choice ([`start`]): one that does ends at once, the lock held throughout, so no other
+/// thread acts while it waits; the interleavings that leaves out (a raise during the wait,
+/// found after it) end as one woken would.
+mod timed {
+    use std::cell::Cell;
+    use std::sync::{LockResult, PoisonError};
+    use std::time::Duration;
+
+    use loom::sync::MutexGuard;
+
+    // Loom runs every thread of a model on the test's own, so these are the model's, read by
+    // the one thread that waits.
+    thread_local! {
+        static NOW: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+        static TIMES_OUT: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Starts a run of a model: the clock at zero, and whether its bounded waits time out.
+    pub(super) fn start(times_out: bool) {
+        NOW.set(Duration::ZERO);
+        TIMES_OUT.set(times_out);
+    }
+
+    /// A point on the model's clock.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Instant(Duration);
+
+    impl Instant {
+        pub(crate) fn now() -> Instant {
+            Instant(NOW.get())
+        }
+
+        pub(crate) fn checked_add(self, duration: Duration) -> Option<Instant> {
+            self.0.checked_add(duration).map(Instant)
+        }
+
+        pub(crate) fn saturating_duration_since(self, earlier: Instant) -> Duration {
+            self.0.saturating_sub(earlier.0)
+        }
+    }
+
+    /// Loom's condition variable, but for a bounded wait in a run whose waits time out.
+    #[derive(Default)]
+    pub(crate) struct Condvar(loom::sync::Condvar);
+
+    impl Condvar {
+        pub(crate) fn wait<'a, T>(
+            &self,
+            guard: MutexGuard<'a, T>,
+        ) -> LockResult<MutexGuard<'a, T>> {
+            self.0.wait(guard)
+        }
+
+        /// The guard, and whether the wait timed out.
+        pub(crate) fn wait_timeout<'a, T>(
+            &self,
+            guard: MutexGuard<'a, T>,
+            duration: Duration,
+        ) -> LockResult<(MutexGuard<'a, T>, bool)> {
+            if TIMES_OUT.get() {
+                NOW.set(NOW.get().saturating_add(duration));
+                return Ok((guard, true));
+            }
+            self.0
+                .wait(guard)
+                .map(|guard| (guard, false))
+                .map_err(|poisoned| PoisonError::new((poisoned.into_inner(), false)))
+        }
+
+        pub(crate) fn notify_all(&self) {
+            self.0.notify_all();
+        }
+    }
 }
 
 // The point of the model is to check the very files the library compiles, under loom.
@@ -301,4 +381,50 @@ fn a_dropped_waiter_does_not_take_another_waiters_wake_up() {
         deregistering.join().unwrap();
         thread.join().unwrap();
     });
+}
+
+/// A bounded wait (`BlockingWaiter::wait_for`, `Signal::wait_on` with a timeout) as the
+/// operation completes, its deadline passing or not: it reports the operation done only once
+/// the value is visible, never times out when the deadline cannot pass, and a wait that timed
+/// out (the value arriving after) takes nothing from the next wait, which still wakes to the
+/// value.
+#[test]
+fn a_timed_wait_wakes_to_the_value_or_times_out_and_loses_no_wake_up() {
+    for times_out in [false, true] {
+        loom::model(move || {
+            timed::start(times_out);
+            let state = Arc::new(State::<u32>::new());
+            let completer = state.clone();
+            let thread = loom::thread::spawn(move || assert!(complete(&completer, 5)));
+            let signal = Signal::armed(&state);
+            let done = signal.wait_on(&state, Some(std::time::Duration::from_millis(1)));
+            assert!(done || times_out, "timed out with no deadline passing");
+            if done {
+                assert_eq!(state.value(), Some(5), "woken before the value was visible");
+            }
+            assert!(signal.wait_on(&state, None));
+            assert_eq!(state.value(), Some(5));
+            thread.join().unwrap();
+        });
+    }
+}
+
+/// A bounded wait as the operation is abandoned, its deadline passing or not: it ends, and a
+/// wait after one that timed out still sees the abandonment.
+#[test]
+fn a_timed_wait_ends_when_the_operation_is_abandoned() {
+    for times_out in [false, true] {
+        loom::model(move || {
+            timed::start(times_out);
+            let state = Arc::new(State::<u32>::new());
+            let abandoner = state.clone();
+            let thread = loom::thread::spawn(move || abandoner.abandon());
+            let signal = Signal::armed(&state);
+            let done = signal.wait_on(&state, Some(std::time::Duration::from_millis(1)));
+            assert!(done || times_out, "timed out with no deadline passing");
+            assert!(signal.wait_on(&state, None));
+            thread.join().unwrap();
+            assert!(!state.is_complete());
+        });
+    }
 }
