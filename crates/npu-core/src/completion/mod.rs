@@ -159,30 +159,40 @@ impl Completer {
         // this thread wait for its teardown (rule 5): marked as a shared thread until the
         // completer is gone, such a teardown goes to a thread of its own.
         crate::reaper::as_shared_thread(crate::SEAL, move || {
-            // Before the result is visible: the task it wakes may drop its last handles and
-            // wait for the teardowns while this thread still holds the stream.
-            crate::holds::raise_if_completing();
-            // Noted before the result is visible, for the use lists of the memory it
-            // touched: a pool must not hand out memory with an uncorrectable error again.
-            if let Some(kind) = result.as_ref().err().and_then(Error::memory_error_kind) {
-                self.state.mark_memory_error(memory_error_level(kind));
-            }
-            // Releases are handed on before the result is visible, so that whoever sees the
-            // operation complete finds them queued.
-            let Some(notifies) = self.state.complete(result, crate::reaper::run_later) else {
-                return;
-            };
-            let panicked = self.state.wake();
-            if panicked > 0 {
+            let memory_error = result
+                .as_ref()
+                .err()
+                .and_then(Error::memory_error_kind)
+                .map_or(0, memory_error_level);
+            let completed = self
+                .state
+                .complete_with(result, memory_error, &CompletingThread);
+            if let Some(panicked @ 1..) = completed {
                 crate::log!(
                     error,
                     panicked,
                     "a task's waker panicked while being woken; the completer continues"
                 );
             }
-            chain::run(notifies);
             drop(self);
         });
+    }
+}
+
+/// The library's steps of a completing thread: its hold, the reaper, the notify chain.
+struct CompletingThread;
+
+impl state::Completing for CompletingThread {
+    fn hold(&self) {
+        crate::holds::raise_if_completing();
+    }
+
+    fn hand_on(&self, releases: Vec<crate::reaper::Action>) {
+        crate::reaper::run_later(releases);
+    }
+
+    fn notify(&self, notifies: Vec<crate::reaper::Action>) {
+        chain::run(notifies);
     }
 }
 

@@ -96,10 +96,11 @@ mod blocked;
 #[path = "state.rs"]
 mod state;
 
+use crate::reaper::Action;
 use blocked::Signal;
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicUsize, Ordering};
-use state::{Deferred, Registration, State};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use state::{Completing, Deferred, Registration, State};
 
 /// A release that counts its runs in `runs`.
 fn counting_release(runs: &Arc<AtomicUsize>) -> Deferred {
@@ -115,18 +116,31 @@ fn run(deferred: Deferred) {
     }
 }
 
-/// What the completer does (`Completer::complete`), every action run in place: the releases
-/// while completing, then the wake-ups, then the notifications. Returns whether this
-/// completion won.
+/// The completing thread's own steps in the model: its hold a flag, the releases and the
+/// notifications run in place.
+#[derive(Default)]
+struct InPlace {
+    held: AtomicBool,
+}
+
+impl Completing for InPlace {
+    fn hold(&self) {
+        self.held.store(true, Ordering::SeqCst);
+    }
+
+    fn hand_on(&self, releases: Vec<Action>) {
+        releases.into_iter().for_each(|release| release());
+    }
+
+    fn notify(&self, notifies: Vec<Action>) {
+        notifies.into_iter().for_each(|notify| notify());
+    }
+}
+
+/// `Completer::complete`: the library's order (`State::complete_with`), with the model's
+/// steps and no memory error. Returns whether this completion won.
 fn complete(state: &State<u32>, value: u32) -> bool {
-    let Some(notifies) = state.complete(value, |releases| {
-        releases.into_iter().for_each(|release| release())
-    }) else {
-        return false;
-    };
-    state.wake();
-    notifies.into_iter().for_each(|notify| notify());
-    true
+    state.complete_with(value, 0, &InPlace::default()).is_some()
 }
 
 #[test]
@@ -427,4 +441,48 @@ fn a_timed_wait_ends_when_the_operation_is_abandoned() {
             assert!(!state.is_complete());
         });
     }
+}
+
+/// Whoever sees the operation complete, and a release deferred on it as it completes (which
+/// the completer runs, or its deferrer once it is complete), find the completing thread's
+/// hold raised and the operation's memory error marked: `Completer::complete` does both
+/// before the value is visible (on `State::complete_with`).
+#[test]
+fn the_hold_and_the_memory_error_come_before_the_value() {
+    loom::model(|| {
+        let state = Arc::new(State::<u32>::new());
+        let completing = Arc::new(InPlace::default());
+        let thread = {
+            let (state, completing) = (state.clone(), completing.clone());
+            loom::thread::spawn(move || assert!(state.complete_with(4, 2, &*completing).is_some()))
+        };
+        // As a use list's release reads the level for the memory it returns.
+        let seen = Arc::new(AtomicUsize::new(usize::MAX));
+        let release = {
+            let (state, seen) = (state.clone(), seen.clone());
+            Deferred::Release(Box::new(move || {
+                seen.store(usize::from(state.memory_error_level()), Ordering::SeqCst);
+            }))
+        };
+        if let Some(returned) = state.defer(release) {
+            run(returned);
+        }
+        if state.is_complete() {
+            assert!(
+                completing.held.load(Ordering::SeqCst),
+                "seen before the hold"
+            );
+            assert_eq!(
+                state.memory_error_level(),
+                2,
+                "seen before the memory error"
+            );
+        }
+        thread.join().unwrap();
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            2,
+            "released before the memory error"
+        );
+    });
 }

@@ -1,5 +1,7 @@
 //! The completion protocol, written against `super::sync` so the same code runs on std
-//! primitives in the library and on loom's in the model test (`completion::model`).
+//! primitives in the library and on loom's in the model test (`completion::model`), the
+//! completer's order included ([`State::complete_with`]), with the thread's own steps behind
+//! [`Completing`].
 
 use std::task::{Poll, Waker};
 
@@ -15,6 +17,21 @@ pub(crate) enum Deferred {
     /// itself, so that a thread blocked on the operation never depends on the reaper, which may
     /// itself be the thread that is blocked.
     Notify(Action),
+}
+
+/// What the thread completing an operation does besides the state's own steps
+/// ([`State::complete_with`]): the library's (`Completer::complete`) or the model's.
+pub(crate) trait Completing {
+    /// Raises the completing thread's hold (`holds::raise_if_completing`), before the result
+    /// is visible.
+    fn hold(&self);
+
+    /// Takes releases deferred on the operation (the reaper's queue), before the result is
+    /// visible.
+    fn hand_on(&self, releases: Vec<Action>);
+
+    /// Runs the operation's notifications, after the wake-ups.
+    fn notify(&self, notifies: Vec<Action>);
 }
 
 /// Shared by the one party that completes an operation and everyone who waits for it.
@@ -109,6 +126,34 @@ impl<T: Clone> State<T> {
             drop(deferred);
             hand_on(releases);
         }
+    }
+
+    /// The completer's whole order (`Completer::complete`), the thread's steps given by
+    /// `completing`: its hold raised and the operation's memory error marked (`memory_error`,
+    /// its level; 0: none) before the value is visible; the value stored and the releases
+    /// handed on ([`State::complete`]); then every waiter woken ([`State::wake`]) and the
+    /// notifications run. Returns how many wakers panicked; `None` for a repeated completion,
+    /// which does nothing.
+    pub(crate) fn complete_with(
+        &self,
+        value: T,
+        memory_error: u8,
+        completing: &impl Completing,
+    ) -> Option<usize> {
+        // Before the result is visible: the task it wakes may drop its last handles and wait
+        // for the teardowns while this thread still holds the stream.
+        completing.hold();
+        // Noted before the result is visible, for the use lists of the memory it touched: a
+        // pool must not hand out memory with an uncorrectable error again.
+        if memory_error > 0 {
+            self.mark_memory_error(memory_error);
+        }
+        // Releases are handed on before the result is visible, so that whoever sees the
+        // operation complete finds them queued.
+        let notifies = self.complete(value, |releases| completing.hand_on(releases))?;
+        let panicked = self.wake();
+        completing.notify(notifies);
+        Some(panicked)
     }
 
     /// Wakes every registered waiter; called by the completer after [`State::complete`].
