@@ -199,10 +199,10 @@ impl Wake for Woken {
 }
 
 /// Runs `model` under loom with a preemption bound: with three threads, unbounded, the
-/// settling models take minutes each where two preemptions take seconds (enough for every
-/// break they were tried against: the flag raised after the state is read, lowered by a
-/// leaving waiter that finds others listed, or lowered after the list's lock is let go).
-/// `LOOM_MAX_PREEMPTIONS` overrides it.
+/// settling models take over ten minutes where three preemptions take seconds (two are
+/// enough for every break they were tried against: the flag raised after the state is read,
+/// lowered by a leaving waiter that finds others listed, or lowered after the list's lock is
+/// let go). `LOOM_MAX_PREEMPTIONS` overrides it.
 fn check(model: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound.get_or_insert(PREEMPTIONS);
@@ -210,7 +210,7 @@ fn check(model: impl Fn() + Sync + Send + 'static) {
 }
 
 /// See [`check`].
-const PREEMPTIONS: usize = 2;
+const PREEMPTIONS: usize = 3;
 
 /// A waiter polls while the pool's last block comes back: it finds the pool settled, or it is
 /// woken.
