@@ -419,9 +419,10 @@ fn marker(origin: u64) -> Option<std::sync::mpsc::Receiver<bool>> {
 /// In a forked child ([`forked`](crate::forked)) it resolves at once, as [`flush`]
 /// returns: the reaper thread stayed in the parent. Called on the reaper thread itself (from
 /// a release), it resolves at once too, as [`flush`] returns at once there: the marker would
-/// queue behind the release awaiting it; and so it does called on a thread that holds one of
-/// npu-rs's locks, where [`flush`] returns at once too. Without a reaper thread (it could not be started)
-/// releases run where they are handed on, so it resolves at once too.
+/// queue behind the release awaiting it; and so it does on a thread that holds one of
+/// npu-rs's locks, where [`flush`] returns at once too, whether it is asked for or polled
+/// there. Without a reaper thread (it could not be started) releases run where they are
+/// handed on, so it resolves at once too.
 ///
 /// Under a paused Tokio clock it keeps the clock still until the reaper has passed, as every
 /// npu-rs future that waits for work done elsewhere does (it is a [`Completion::wait`]).
@@ -485,6 +486,13 @@ impl std::future::Future for Passed {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<()> {
+        // Checked at each poll, not only where the pass was asked for: a pass asked for on a
+        // free thread and then blocked on where no wait for the reaper may be made (under one
+        // of npu-rs's locks, in a forked child) would wait for the reaper while the reaper
+        // may wait for this thread.
+        if !may_wait_for_the_reaper() {
+            return std::task::Poll::Ready(());
+        }
         std::pin::Pin::new(&mut self.0).poll(cx).map(drop)
     }
 }
@@ -633,6 +641,28 @@ mod tests {
             })
         };
         assert!(was_ready.recv().unwrap(), "ready on the reaper thread");
+    }
+
+    /// A pass asked for on a free thread and polled under one of npu-rs's ranked locks is
+    /// ready at once there, as a flush under such a lock returns at once: a release queued
+    /// before it may take that lock. Pending again once the lock is let go, until the held
+    /// release has run. The break (the check made only where the pass was asked for): pending
+    /// under the lock, and a thread blocking on it there would wait for the reaper for ever.
+    #[test]
+    fn passed_polled_under_a_ranked_lock_is_ready_at_once() {
+        let open = hold_the_reaper();
+        let mut pass = std::pin::pin!(passed());
+        let mut poll = || pass.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        let lock = std::sync::Mutex::new(());
+        let held = crate::contain::lock_here(crate::SEAL, &lock, crate::contain::Rank::Runtime);
+        assert!(held.is_some(), "the lock is free");
+        assert!(poll().is_ready(), "ready under the lock");
+        drop(held);
+        assert!(
+            poll().is_pending(),
+            "the reaper has not run the held release"
+        );
+        open.send(()).unwrap();
     }
 
     /// Under a paused Tokio clock, `passed` keeps the clock still while the reaper runs the
