@@ -54,12 +54,14 @@ pub struct PoolStats {
     pub evictions: u64,
     /// Requests waiting for capacity.
     pub waiters: usize,
-    /// Bytes of new blocks being made for allocations in progress: room granted under the
-    /// capacity for a block the runtime has not delivered yet. Not part of `reserved`, and
-    /// not yet a miss. A device pool's stream-ordered allocation (`aclrtMemPoolMallocAsync`)
-    /// stays here until its stream has run it, so a device that makes no progress shows as
-    /// requests stuck in it; a pinned pool's `aclrtMallocHost` only while the allocating
-    /// thread is in that call.
+    /// Bytes of room granted under the capacity for new blocks not yet made: from the grant
+    /// (to a request, to a `reserve`, or to a queued request as it is served) until the block
+    /// is made or the room given back. Not part of `reserved`, and not yet a miss. A device
+    /// pool's stream-ordered allocation (the runtime pool's `aclrtMemPoolMallocAsync`) stays
+    /// here until its stream has run it, and an allocation of either backend out of memory
+    /// while it waits for blocks on their way back, so a device that makes no progress shows
+    /// as requests stuck in it; a pinned pool's room counts from its grant until
+    /// `aclrtMallocHost` returns.
     pub allocating: usize,
     /// Blocks returned after one of their operations failed with an uncorrectable memory
     /// error (UCE, `ACL_ERROR_RT_DEVICE_MEM_ERROR`) in their own range, whose error ranges the

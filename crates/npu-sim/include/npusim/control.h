@@ -51,8 +51,8 @@ aclError npusimSetTiming(int32_t deviceId, const npusimTimingModel *model);
 /* Sets how long the kernel kernelName takes on a device, in ns. */
 aclError npusimSetKernelDuration(int32_t deviceId, const char *kernelName, uint64_t ns);
 /* The nth device task (copy, memset, kernel, reduction, random numbers, task update; not
- * events, notifies, value operations, callbacks or host functions) submitted to stream from
- * now on (1 = the next; NULL = current default stream) fails with code when it runs. The
+ * events, notifies, value operations, callbacks or host functions, nor the tasks a
+ * PERSISTENT stream keeps, which never run) submitted to stream from now on (1 = the next; NULL = current default stream) fails with code when it runs. The
  * codes a synchronisation returns when its wait runs out (507046, 507047) are no task's:
  * refused with 100000, as is an nth past the last task number the stream can count to. */
 aclError npusimFailTask(aclrtStream stream, uint64_t nth, aclError code);
