@@ -379,6 +379,28 @@ impl Completion {
     /// [`wait`](Completion::wait) or a stream operation (docs/architecture.md, "Blocking calls
     /// inside a Tokio runtime").
     ///
+    /// Never call it for a pending operation from code npu-rs runs on its own threads (a
+    /// waker woken as an operation completes, a tracing subscriber's callback on the reactor,
+    /// a callback worker, the sentinel, the overseer or the reaper, a value dropped there) or
+    /// under one of its locks (a subscriber's callback from an ACL call npu-rs makes while it
+    /// submits to a stream, records an event, drains a device pool or enables peer access):
+    /// the thread that would complete the operation, or that needs the lock to, is the one
+    /// waiting, so the wait would never end (docs/cancellation.md, rule 6). There it is
+    /// refused. An operation already complete returns its result anywhere: no wait is needed.
+    ///
+    /// # Errors
+    ///
+    /// - The operation's own error, once it completes.
+    /// - [`Error::InvalidArgument`] (argument `self`) if its completer was dropped without
+    ///   completing.
+    /// - [`Error::Forked`] for an operation of the parent in a forked child.
+    /// - [`Error::InvalidArgument`] (argument `thread`) for a pending operation on one of
+    ///   npu-rs's own threads (the reactor, the reaper, a callback worker, the sentinel, the
+    ///   overseer, a thread while it completes an operation or runs a step that does, such as
+    ///   a blocking waiter's wait, a drain's or an abort's thread), or on a thread that holds
+    ///   one of npu-rs's locks (a tracing subscriber's callback from inside an ACL call npu-rs
+    ///   makes under it).
+    ///
     /// ```
     /// # use npu_core::Device;
     /// # use npu_stream::{Notify, Stream};
@@ -390,6 +412,27 @@ impl Completion {
     /// let done = op.completion().clone();
     /// std::thread::spawn(move || drop(setting.record_notify(&notify)));
     /// assert!(done.wait_blocking().is_ok());
+    /// # Ok::<(), npu_core::Error>(())
+    /// ```
+    ///
+    /// On one of npu-rs's shared threads (here the reaper, running a release) a pending
+    /// operation's wait is refused:
+    ///
+    /// ```
+    /// # use npu_core::Device;
+    /// # use npu_stream::{Notify, Stream};
+    /// # let ctx = Device::open(0)?.primary_context().clone();
+    /// # let (waiting, setting) = (Stream::new(&ctx)?, Stream::new(&ctx)?);
+    /// # let notify = Notify::new(&ctx)?;
+    /// let op = waiting.wait_notify(&notify); // pending until the notify is set
+    /// let done = op.completion().clone();
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// // SAFETY: the release sends a result on an unbounded channel: it does not block.
+    /// unsafe { npu_core::reaper::release_later(move || tx.send(done.wait_blocking()).unwrap()) };
+    /// let refused = rx.recv().unwrap().unwrap_err();
+    /// assert!(matches!(refused, npu_core::Error::InvalidArgument { argument: "thread", .. }));
+    /// drop(setting.record_notify(&notify));
+    /// op.completion().wait_blocking()?;
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn wait_blocking(&self) -> Result<()> {
@@ -439,6 +482,30 @@ impl Completion {
     /// process, so it never completes here ([`crate::fork`]).
     fn orphaned_by_fork(&self) -> bool {
         self.state.generation != crate::fork::generation()
+    }
+
+    /// The refusal of a blocking wait for this operation, pending, by `api` (the wait the
+    /// caller called) on a thread that must not block on npu-rs's work: one of npu-rs's own
+    /// threads, which may be the one that completes the operation (a waker woken on the
+    /// reactor waiting for the reactor's next completion), or one that holds a lock of npu-rs's
+    /// that the operation's completion may need (an abort's thread ends the work it discarded
+    /// under the stream's submission lock), and that the reaper and npu-rs's other threads
+    /// may need meanwhile, held for as long as the wait. `None` where the wait may be made.
+    fn refused_on_this_thread(api: &'static str) -> Option<Error> {
+        let may_block = !crate::reaper::on_shared_thread()
+            && !crate::holds::completing_here()
+            && !crate::contain::holds_a_lock();
+        (!may_block).then(|| {
+            Error::invalid(
+                api,
+                "thread",
+                "is one of npu-rs's own threads (the reactor, the reaper, a callback worker, \
+                 the sentinel, the overseer, a completing operation's), which may be the one \
+                 that completes the operation, or holds a lock of npu-rs's that its completion \
+                 may take (called back from inside an ACL call): the wait would never end; \
+                 wait from a thread of the program's own, or await `Completion::wait`",
+            )
+        })
     }
 
     fn settled(&self, api: &'static str) -> Result<()> {
@@ -593,7 +660,7 @@ impl Future for Wait {
             let keepers = completion.state.clock_keepers.get_or_init(Default::default);
             this.clock.pending(keepers, || {
                 let waiter = completion.blocking_waiter();
-                move || waiter.wait_for(SLICE).is_none()
+                move || waiter.wait_bounded("Completion::wait", SLICE).is_none()
             });
         }
         polled
@@ -642,6 +709,13 @@ impl BlockingWaiter {
     /// `self`) at once, as [`Completion::wait_blocking`] does. A `timeout` too long to represent
     /// waits without a bound.
     ///
+    /// As [`Completion::wait_blocking`], a wait for a pending operation with a non-zero
+    /// `timeout` is refused on one of npu-rs's own threads or under one of its locks, with
+    /// `Some` of an [`Error::InvalidArgument`] of `BlockingWaiter::wait_for` (argument
+    /// `thread`): that thread may be the one that would complete the operation, which then
+    /// could not complete before the `timeout`, and whatever else the thread serves would wait
+    /// as long. A zero `timeout` only looks, and is answered anywhere.
+    ///
     /// ```
     /// use std::time::Duration;
     /// # use npu_core::Device;
@@ -660,23 +734,46 @@ impl BlockingWaiter {
     /// ```
     pub fn wait_for(&self, timeout: std::time::Duration) -> Option<Result<()>> {
         const API: &str = "BlockingWaiter::wait_for";
+        // A look without a wait blocks nothing: allowed on every thread.
+        if !timeout.is_zero()
+            && !self.completion.is_complete()
+            && let Some(refused) = Completion::refused_on_this_thread(API)
+        {
+            return Some(Err(refused));
+        }
+        self.wait_bounded(API, timeout)
+    }
+
+    /// [`wait_for`](BlockingWaiter::wait_for) on any thread, for npu-rs's own waits (a paused
+    /// clock's keeper, on a blocking-pool thread); an abandoned operation is an error of `api`.
+    pub(crate) fn wait_bounded(
+        &self,
+        api: &'static str,
+        timeout: std::time::Duration,
+    ) -> Option<Result<()>> {
         if self.completion.is_complete() {
-            return Some(self.completion.settled(API));
+            return Some(self.completion.settled(api));
         }
         if self.completion.orphaned_by_fork() {
-            return Some(Err(crate::fork::error(API)));
+            return Some(Err(crate::fork::error(api)));
         }
         if !self.woken.wait_on(&self.completion.state, Some(timeout)) {
             return None;
         }
-        Some(self.completion.settled(API))
+        Some(self.completion.settled(api))
     }
 
     /// Blocks until the operation completes, and returns its result; an abandoned operation
-    /// is an error of `api`.
+    /// is an error of `api`, and so is a wait for a pending one refused on this thread
+    /// ([`Completion::refused_on_this_thread`]).
     fn wait(&self, api: &'static str) -> Result<()> {
-        if !self.completion.is_complete() && self.completion.orphaned_by_fork() {
-            return Err(crate::fork::error(api));
+        if !self.completion.is_complete() {
+            if self.completion.orphaned_by_fork() {
+                return Err(crate::fork::error(api));
+            }
+            if let Some(refused) = Completion::refused_on_this_thread(api) {
+                return Err(refused);
+            }
         }
         self.woken.wait_on(&self.completion.state, None);
         self.completion.settled(api)
@@ -806,19 +903,45 @@ mod tests {
         assert!(first.poll().is_ready());
     }
 
-    /// A deferred action that itself waits for another operation, the pattern that used to
-    /// deadlock the reaper: the blocked wait is woken by its completer, not by the reaper.
+    /// A deferred action that itself waits for another operation, pending, the pattern that
+    /// used to deadlock the reaper: refused on the reaper, typed, with and without a bound,
+    /// instead of holding up every release of the process (and, where the operation's
+    /// completion waits for a release, for ever); a look with no wait is answered there, and
+    /// so is a wait for an operation already complete.
     #[test]
-    fn a_blocking_wait_inside_a_deferred_action_does_not_need_the_reaper() {
+    fn a_blocking_wait_inside_a_deferred_action_is_refused_on_the_reaper() {
         let (first, first_done) = pending();
         let (second, second_done) = pending();
+        let (done, already_done) = pending();
+        done.complete(Ok(()));
         let (tx, rx) = std::sync::mpsc::channel();
-        // SAFETY: test only: the wait below is exactly what the contract forbids in library
-        // code; here it proves the waiter does not depend on the reaper it blocks.
-        unsafe { first_done.defer(move || tx.send(second_done.wait_blocking()).unwrap()) };
+        // SAFETY: test only: the waits below are what the contract forbids; here they must be
+        // refused (or answered at once), never made.
+        unsafe {
+            first_done.defer(move || {
+                let waiter = second_done.blocking_waiter();
+                tx.send((
+                    second_done.wait_blocking(),
+                    waiter.wait_for(std::time::Duration::MAX),
+                    waiter.wait_for(std::time::Duration::ZERO),
+                    already_done.wait_blocking(),
+                ))
+                .unwrap()
+            })
+        };
         first.complete(Ok(()));
-        std::thread::spawn(move || second.complete(Ok(())));
-        assert!(rx.recv().unwrap().is_ok());
+        let (unbounded, bounded, looked, complete) = rx.recv().unwrap();
+        let refused = |err: Error, api: &str| {
+            assert!(
+                matches!(err, Error::InvalidArgument { api: a, argument: "thread", .. } if a == api),
+                "{err:?}"
+            );
+        };
+        refused(unbounded.unwrap_err(), "Completion::wait_blocking");
+        refused(bounded.unwrap().unwrap_err(), "BlockingWaiter::wait_for");
+        assert!(looked.is_none(), "still pending");
+        assert!(complete.is_ok());
+        second.complete(Ok(()));
     }
 
     #[test]
