@@ -7,8 +7,11 @@
 //! flight into the other half of their buffer, handed back by failed copies, and given to 2D
 //! copies at the edges of their shapes; and forks taken while another thread is blocked in a
 //! tracing subscriber under a stream's submission lock and an event's recording lock, or is
-//! inside `wait_for_teardowns`; and a flush of the reaper (`npu::sim::flush_releases`) from a
-//! subscriber's callback under npu-rs's locks, with a release queued that takes the lock.
+//! inside `wait_for_teardowns`; a flush of the reaper (`npu::sim::flush_releases`) from a
+//! subscriber's callback under npu-rs's locks, with a release queued that takes the lock; and
+//! blocking waits for a pending operation (`Completion::wait_blocking`, a `BlockingWaiter`'s
+//! bounded wait) from a waker on the thread that completes it and from a subscriber's callback
+//! under a stream's submission lock.
 //!
 //! Each test names the promise it attacks and its outcome. The simulator's hold gate, its
 //! fault tables and the process's teardown count are shared by every test of this process, so
@@ -28,7 +31,7 @@ use npu::memory::{DevicePoolBackend, PageAlignedBuffer, RegisterFlags};
 use npu::prelude::*;
 use npu::runtime::wait_for_teardowns;
 use npu::stream::{Copy2d, FailureMode};
-use npu::{Error, Stream, sim};
+use npu::{Completion, Error, Stream, sim};
 
 /// The memory of each of the file's four simulated devices.
 const MEMORY: u64 = 64 << 20;
@@ -658,6 +661,8 @@ fn child() {
         "subscriber" => forked_while_a_subscriber_blocks_under_npu_rs_locks(),
         "teardowns" => forked_while_another_thread_waits_for_the_teardowns(),
         "flush under a lock" => a_flush_from_a_subscriber_under_npu_rs_locks(),
+        "waits in a waker" => blocking_waits_in_a_waker_on_the_completing_thread(),
+        "waits under a lock" => blocking_waits_from_a_subscriber_under_a_submission_lock(),
         other => panic!("no child case {other}"),
     }
     println!("CHILD OK");
@@ -953,4 +958,213 @@ fn flushed_in_a_callback<R>(targets: &'static [&'static str], call: impl FnOnce(
     let result = tracing::subscriber::with_default(subscriber, call);
     assert!(FLUSHED.load(Ordering::SeqCst), "the callback flushed");
     result
+}
+
+/// What a blocking wait's caller heard, on the thread it ran on: `Completion::wait_blocking`
+/// and a `BlockingWaiter`'s bounded wait for a pending operation, the waiter's look without a
+/// wait, and `wait_blocking` for an operation already complete.
+struct Heard {
+    thread: String,
+    unbounded: Result<(), Error>,
+    bounded: Option<Result<(), Error>>,
+    looked: Option<Result<(), Error>>,
+    complete: Result<(), Error>,
+}
+
+/// Makes every wait of [`Heard`] on this thread: for `pending`, and for `complete`.
+fn blocking_waits(pending: &Completion, complete: &Completion) -> Heard {
+    let waiter = pending.blocking_waiter();
+    Heard {
+        thread: std::thread::current().name().unwrap_or("").to_owned(),
+        unbounded: pending.wait_blocking(),
+        bounded: waiter.wait_for(HANG),
+        looked: waiter.wait_for(std::time::Duration::ZERO),
+        complete: complete.wait_blocking(),
+    }
+}
+
+/// Checks that the waits for the pending operation were refused by name (argument `thread`),
+/// not made, that the look said pending, and that the complete operation's result came back.
+fn refused_not_waited(heard: Heard, what: &str) {
+    let thread = &heard.thread;
+    let refused = |answer: Result<(), Error>, api: &str| match answer {
+        Err(err) => assert_eq!(invalid(&err), (api, "thread"), "{what}, on {thread}"),
+        Ok(()) => panic!("{what}: on {thread}, the pending operation's wait returned Ok"),
+    };
+    refused(heard.unbounded, "Completion::wait_blocking");
+    let bounded = heard.bounded.expect("refused, not timed out");
+    refused(bounded, "BlockingWaiter::wait_for");
+    assert!(heard.looked.is_none(), "{what}: still pending");
+    assert!(heard.complete.is_ok(), "{what}: {:?}", heard.complete);
+}
+
+/// A waker that, woken, makes [`blocking_waits`] for its pair of operations once, and sends
+/// what it heard.
+struct WaitsWhenWoken {
+    pending: Completion,
+    complete: Completion,
+    told: Mutex<Option<std::sync::mpsc::Sender<Heard>>>,
+}
+
+impl std::task::Wake for WaitsWhenWoken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let Some(told) = self.told.lock().unwrap().take() else {
+            return;
+        };
+        let _ = told.send(blocking_waits(&self.pending, &self.complete));
+    }
+}
+
+/// Promise: no npu-rs wait called back from code npu-rs runs on its own threads waits for the
+/// thread it runs on (rules 5 and 6): `Completion::wait_blocking` and a `BlockingWaiter`'s
+/// bounded wait, called from a waker that the completing thread wakes (the reactor, a callback
+/// worker, a blocking waiter's thread: every strategy) for an operation of the same stream
+/// still pending behind it (a wait on a notify that another stream sets afterwards, which
+/// that thread completes next), and `wait_blocking` for the woken operation itself.
+///
+/// Outcome: **broke** before the fix: the waker's wait blocked the completing thread, which
+/// was the one to complete the pending operation, for ever (the child process hung; every
+/// operation that thread serves would have waited too). Both waits of a pending operation are
+/// now refused there with `InvalidArgument` naming the API and `thread`, a look with a zero
+/// timeout says pending, the complete operation's wait returns its result; the pending
+/// operation completes once the notify is set.
+#[test]
+fn a_blocking_wait_in_a_waker_on_the_completing_thread_is_refused_not_hung() {
+    in_child_test("child", CHILD_ENV, "waits in a waker");
+}
+
+/// The child process's case of
+/// [`a_blocking_wait_in_a_waker_on_the_completing_thread_is_refused_not_hung`].
+fn blocking_waits_in_a_waker_on_the_completing_thread() {
+    let (_guard, ctx) = devices();
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let (s, setting) = (stream(&ctx, strategy), stream(&ctx, strategy));
+        let notify = npu::stream::Notify::new(&ctx).unwrap();
+        let held = sim::hold(&ctx.device()).unwrap();
+        let mut first = s.memset(dev(&ctx, 64), 6);
+        let behind = s.wait_notify(&notify);
+        let (told, heard) = std::sync::mpsc::channel();
+        let waker = std::task::Waker::from(Arc::new(WaitsWhenWoken {
+            pending: behind.completion().clone(),
+            complete: first.completion().clone(),
+            told: Mutex::new(Some(told)),
+        }));
+        let polled = std::future::Future::poll(
+            std::pin::Pin::new(&mut first),
+            &mut std::task::Context::from_waker(&waker),
+        );
+        assert!(polled.is_pending(), "{what}: held");
+        drop(waker);
+        held.release().unwrap();
+        let heard = heard
+            .recv_timeout(HANG)
+            .unwrap_or_else(|_| panic!("{what}: the waker was not woken, or its wait hung"));
+        assert!(
+            heard.thread.starts_with("npu-"),
+            "{what}: woken on {:?}",
+            heard.thread
+        );
+        refused_not_waited(heard, &what);
+        run(setting.record_notify(&notify)).unwrap();
+        run(behind).unwrap();
+        assert_eq!(
+            run(first).unwrap().to_vec_blocking().unwrap(),
+            [6; 64],
+            "{what}"
+        );
+    }
+}
+
+/// The pair of operations [`WaitsInItsCallback`] waits for, and where it sends what it heard;
+/// armed while set, taken by the first callback of the simulator's events.
+static WAITS_FOR: Mutex<Option<(Completion, Completion, std::sync::mpsc::Sender<Heard>)>> =
+    Mutex::new(None);
+
+/// A tracing layer whose callback, once armed, makes [`blocking_waits`] from the simulator's
+/// next event.
+struct WaitsInItsCallback;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WaitsInItsCallback {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let target = event.metadata().target();
+        if !["ascendcl", "npu_sim"]
+            .iter()
+            .any(|t| target.starts_with(t))
+        {
+            return;
+        }
+        let Some((pending, complete, told)) = WAITS_FOR.lock().unwrap().take() else {
+            return;
+        };
+        let _ = told.send(blocking_waits(&pending, &complete));
+    }
+}
+
+/// Promise: no npu-rs wait called back from code npu-rs runs under one of its locks is made
+/// there (rules 5 and 6): `Completion::wait_blocking` and a `BlockingWaiter`'s bounded wait for
+/// an operation still pending (a wait on a notify that another stream sets once the call
+/// returns), and `wait_blocking` for one complete, from a tracing subscriber's callback under
+/// a stream's submission lock (the simulator's report of a memset refused on a stream
+/// stopped in a context of its own), every strategy.
+///
+/// Outcome: **broke** before the fix: the callback's wait blocked under the lock, and the
+/// thread that would let the operation finish was the one waiting (the child process hung;
+/// every thread of npu-rs's that takes the lock, an abort's ending the work it discarded,
+/// would have waited too). Both waits are now refused with `InvalidArgument` naming the API
+/// and `thread`, a look says pending, the complete operation's wait returns its result, the
+/// memset is refused as before, and the pending operation completes once the notify is set.
+#[test]
+fn a_blocking_wait_from_a_subscriber_under_a_submission_lock_is_refused_not_hung() {
+    in_child_test("child", CHILD_ENV, "waits under a lock");
+}
+
+/// The child process's case of
+/// [`a_blocking_wait_from_a_subscriber_under_a_submission_lock_is_refused_not_hung`].
+fn blocking_waits_from_a_subscriber_under_a_submission_lock() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let (_guard, ctx) = devices();
+    see_every_callsite();
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        // A context of its own: the stop stops the whole context.
+        let own = ctx.device().create_context().unwrap();
+        let stopped = stream(&own, strategy);
+        stopped.set_failure_mode(FailureMode::Stop).unwrap();
+        sim::fail_task(&stopped, 1, TRAP).unwrap();
+        assert!(
+            run(stopped.memset(dev(&own, 16), 1)).is_err(),
+            "{what}: stopped"
+        );
+        let (waiting, setting) = (stream(&ctx, strategy), stream(&ctx, strategy));
+        let notify = npu::stream::Notify::new(&ctx).unwrap();
+        let pending = waiting.wait_notify(&notify);
+        let complete = setting.synchronize();
+        let done = complete.completion().clone();
+        run(complete).unwrap();
+        let (told, heard) = std::sync::mpsc::channel();
+        *WAITS_FOR.lock().unwrap() = Some((pending.completion().clone(), done, told));
+        let subscriber = tracing_subscriber::registry().with(WaitsInItsCallback);
+        // Made before the subscriber: the first of the simulator's events it hears is the
+        // memset's refusal, under the submission lock.
+        let spare = dev(&own, 16);
+        let refused =
+            tracing::subscriber::with_default(subscriber, || run(stopped.memset(spare, 2)));
+        assert!(refused.is_err(), "{what}: the stopped stream ran a memset");
+        let heard = heard
+            .try_recv()
+            .unwrap_or_else(|_| panic!("{what}: no callback under the lock"));
+        assert_eq!(
+            heard.thread,
+            std::thread::current().name().unwrap_or(""),
+            "{what}: the callback runs on the submitting thread"
+        );
+        refused_not_waited(heard, &what);
+        run(setting.record_notify(&notify)).unwrap();
+        run(pending).unwrap();
+    }
 }
