@@ -163,7 +163,20 @@ pub(crate) fn set_timing_impl(device: i32, model: Option<TimingModel>) -> Res<()
 }
 
 pub(crate) fn set_kernel_ns_impl(device: i32, name: &str, ns: u64) -> Res<()> {
-    sim()?.device(device.into())?.clock.set_kernel_ns(name, ns);
+    let device = sim()?.device(device.into())?;
+    kernel_name_impl(name)?;
+    device.clock.set_kernel_ns(name, ns);
+    Ok(())
+}
+
+/// Refuses a name no kernel can have, for the controls that name a kernel (a duration, a
+/// fault): one that is empty or holds a NUL would be stored and never match a launch.
+fn kernel_name_impl(name: &str) -> Res<()> {
+    ensure!(
+        !name.is_empty() && !name.contains('\0'),
+        ACL_ERROR_INVALID_PARAM,
+        "the kernel name is empty or holds a NUL (no kernel is named so)"
+    );
     Ok(())
 }
 
@@ -209,11 +222,7 @@ pub(crate) fn fail_task_impl(stream: aclrtStream, nth: u64, code: aclError) -> R
 
 pub(crate) fn fail_kernel_impl(device: i32, name: &str, nth: u64, code: aclError) -> Res<()> {
     let device = sim()?.device(device.into())?;
-    ensure!(
-        !name.is_empty() && !name.contains('\0'),
-        ACL_ERROR_INVALID_PARAM,
-        "the kernel name is empty or holds a NUL (no kernel is named so)"
-    );
+    kernel_name_impl(name)?;
     counted_fault_impl(nth, code, "launch")?;
     device.kernel_faults.arm(name, nth, code);
     Ok(())
@@ -364,7 +373,9 @@ pub fn set_timing(device: i32, model: Option<TimingModel>) -> Result<(), Control
 }
 
 /// Sets how long the kernel `name` takes on a device (turning the timing model on, with no
-/// other costs, if it was off).
+/// other costs, if it was off). A name no kernel can have, empty or holding a NUL, is refused
+/// with 100000, as [`fail_kernel`] refuses it (it would be stored and never match a launch);
+/// an unknown device with 107001.
 ///
 /// ```
 /// # extern crate ascendcl as npu_sim;
@@ -411,6 +422,8 @@ pub fn set_timing(device: i32, model: Option<TimingModel>) -> Result<(), Control
 ///         assert_eq!(code, 0);
 ///     });
 ///     assert_eq!(ms, 2.0);
+///     let refused = control::set_kernel_duration(1, "", Duration::from_millis(2));
+///     assert_eq!(refused.unwrap_err().code, 100000, "no kernel is named so");
 /// #   control::set_timing(1, None).unwrap();
 /// }
 /// ```

@@ -314,15 +314,22 @@ fn check_nth_and_code(api: &'static str, nth: u64, code: AclCode) -> Result<()> 
 pub fn fail_kernel(device: &Device, name: &str, nth: u64, code: AclCode) -> Result<()> {
     const API: &str = "npu::sim::fail_kernel";
     let id = simulated(API, "device", device)?;
+    check_kernel_name(API, name)?;
+    check_nth_and_code(API, nth, code)?;
+    Ok(control::fail_kernel(id, name, nth, code.0)?)
+}
+
+/// Refuses, as an error of `api`, a `name` no kernel can have (empty, or holding a NUL): a
+/// control would store it and it would never match a launch.
+fn check_kernel_name(api: &'static str, name: &str) -> Result<()> {
     if name.is_empty() || name.contains('\0') {
         return Err(Error::invalid(
-            API,
+            api,
             "name",
             "is not a kernel name (empty, or holds a NUL)",
         ));
     }
-    check_nth_and_code(API, nth, code)?;
-    Ok(control::fail_kernel(id, name, nth, code.0)?)
+    Ok(())
 }
 
 /// Disarms every fault armed on `device` that has not fired: those [`fail_task`] armed on any
@@ -514,7 +521,9 @@ pub fn set_timing(device: &Device, model: Option<TimingModel>) -> Result<()> {
 }
 
 /// Sets how long the kernel `name` takes on `device` (turning the timing model on, with no
-/// other costs, if it was off).
+/// other costs, if it was off). An empty `name`, or one holding a NUL, is refused with
+/// [`Error::InvalidArgument`] naming `npu::sim::set_kernel_duration` and `name`, as
+/// [`fail_kernel`] refuses it: no kernel is named so.
 ///
 /// ```
 /// use std::time::Duration;
@@ -522,11 +531,15 @@ pub fn set_timing(device: &Device, model: Option<TimingModel>) -> Result<()> {
 ///
 /// let device = Device::open(1)?;
 /// npu::sim::set_kernel_duration(&device, "scale_f32", Duration::from_micros(50))?;
+/// let refused = npu::sim::set_kernel_duration(&device, "", Duration::from_micros(50));
+/// assert!(matches!(refused, Err(npu::Error::InvalidArgument { argument: "name", .. })));
 /// npu::sim::set_timing(&device, None)?;
 /// # Ok::<(), npu::Error>(())
 /// ```
 pub fn set_kernel_duration(device: &Device, name: &str, duration: Duration) -> Result<()> {
-    let id = simulated("npu::sim::set_kernel_duration", "device", device)?;
+    const API: &str = "npu::sim::set_kernel_duration";
+    let id = simulated(API, "device", device)?;
+    check_kernel_name(API, name)?;
     Ok(control::set_kernel_duration(id, name, duration)?)
 }
 

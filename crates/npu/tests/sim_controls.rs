@@ -81,6 +81,42 @@ fn a_refused_fault_names_the_control_and_the_argument() {
     }
 }
 
+/// A kernel name no kernel can have (empty, or holding a NUL) is refused by every control
+/// that names a kernel, naming the control and `name`: `set_kernel_duration` stored it and
+/// said `Ok` (turning the device's timing model on for a kernel that never runs), where
+/// `fail_kernel` refused it.
+#[test]
+fn a_name_no_kernel_has_is_refused_by_every_kernel_control_naming_it() {
+    let device = Device::open(1).unwrap();
+    for name in ["", "\0", "scale_f32\0tail"] {
+        let refusals = [
+            (
+                "npu::sim::set_kernel_duration",
+                sim::set_kernel_duration(&device, name, std::time::Duration::from_micros(5)),
+            ),
+            (
+                "npu::sim::fail_kernel",
+                sim::fail_kernel(&device, name, 1, AclCode(507015)),
+            ),
+        ];
+        for (api, refused) in refusals {
+            let err = refused.unwrap_err();
+            let npu::Error::InvalidArgument {
+                api: named,
+                argument,
+                ..
+            } = &err
+            else {
+                panic!("{api}({name:?}): {err}");
+            };
+            assert_eq!((*named, *argument), (api, "name"), "{name:?}: {err}");
+            assert!(err.to_string().starts_with(api), "{err}");
+        }
+    }
+    assert_eq!(sim::clear_faults(&device).unwrap(), 0, "nothing armed");
+    sim::set_timing(&device, None).unwrap();
+}
+
 #[test]
 fn holds_nest_and_the_last_one_releases() {
     let device = Device::open(1).unwrap();

@@ -48,7 +48,8 @@ typedef struct npusimHostStats {
 aclError npusimConfigure(const char *json);
 /* Sets a device's timing model; NULL clears it. Per-kernel durations are kept. */
 aclError npusimSetTiming(int32_t deviceId, const npusimTimingModel *model);
-/* Sets how long the kernel kernelName takes on a device, in ns. */
+/* Sets how long the kernel kernelName takes on a device, in ns. A NULL, empty or non-UTF-8
+ * name: 100000 (as npusimFailKernel). */
 aclError npusimSetKernelDuration(int32_t deviceId, const char *kernelName, uint64_t ns);
 /* The nth device task (copy, memset, kernel, reduction, random numbers, task update; not
  * events, notifies, value operations, callbacks or host functions, nor the tasks a

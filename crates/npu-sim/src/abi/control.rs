@@ -173,7 +173,9 @@ pub unsafe extern "C" fn npusimSetTiming(
     })
 }
 
-/// Sets how long a kernel takes on a device, in ns.
+/// Sets how long a kernel takes on a device, in ns ([`crate::control::set_kernel_duration`]);
+/// a NULL, empty or non-UTF-8 `kernelName` is refused with 100000, as npusimFailKernel
+/// refuses it.
 ///
 /// # Safety
 /// `kernelName` must be NULL or NUL-terminated.
@@ -184,7 +186,8 @@ pub unsafe extern "C" fn npusimSetKernelDuration(
     ns: u64,
 ) -> aclError {
     guard("npusimSetKernelDuration", || {
-        set_kernel_ns_impl(deviceId, c_str(kernelName, "kernelName")?, ns)
+        let name = c_str_or(kernelName, "kernelName", ACL_ERROR_INVALID_PARAM)?;
+        set_kernel_ns_impl(deviceId, name, ns)
     })
 }
 
