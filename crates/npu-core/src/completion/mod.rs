@@ -384,9 +384,10 @@ impl Completion {
     /// a callback worker, the sentinel, the overseer or the reaper, a value dropped there) or
     /// under one of its locks (a subscriber's callback from an ACL call npu-rs makes while it
     /// submits to a stream, records an event, drains a device pool or enables peer access):
-    /// the thread that would complete the operation, or that needs the lock to, is the one
-    /// waiting, so the wait would never end (docs/cancellation.md, rule 6). There it is
-    /// refused. An operation already complete returns its result anywhere: no wait is needed.
+    /// the thread that would complete the operation, or that needs the lock to, may be the
+    /// one waiting, and the wait would then never end, while every operation and release
+    /// that thread serves waited with it (docs/cancellation.md, rule 6). There it is refused.
+    /// An operation already complete returns its result anywhere: no wait is needed.
     ///
     /// # Errors
     ///
