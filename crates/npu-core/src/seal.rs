@@ -5,8 +5,8 @@
 //! dependency. That plumbing is not API: it changes with npu-rs's crates, and its misuse (a
 //! teardown counted that never ends, a completing scope raised by a user's thread) would make
 //! npu-rs's own waits time out or refuse. So every safe item of it takes a [`Seal`], which has
-//! no safe constructor: each of npu-rs's crates makes one (its `crate::SEAL`) through
-//! [`Seal::npu_rs`], whose contract reserves it for them. Plumbing whose misuse could be unsound
+//! no safe constructor: each of npu-rs's other crates makes one (its `crate::SEAL`) through
+//! [`Seal::npu_rs`], whose contract reserves it for them (npu-core makes its own directly). Plumbing whose misuse could be unsound
 //! is an `unsafe fn` with a `# Safety` section instead, which seals it the same way.
 
 /// The capability to call the plumbing npu-rs's crates share (see the [module](self)). It

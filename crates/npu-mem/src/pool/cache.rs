@@ -38,8 +38,9 @@ pub use crate::device_buffer::byte_size;
 /// trait other crates implement cannot change without breaking them. Implementing it
 /// therefore takes a `Seal`, which has no safe constructor: crates outside npu-rs cannot write
 /// an implementation without breaking [`Seal::npu_rs`]'s contract, and the trait stays free to
-/// change with npu-rs's crates. The rest of this module needs no seal of its own: a [`Cache`]
-/// is made from a `Source`.
+/// change with npu-rs's crates. [`Cache::new`] evaluates the seal, so an implementation whose
+/// `SEAL` never yields one does not build either. Of the rest of this module, [`byte_size`]
+/// takes the seal too; a [`Cache`] is made from a `Source`.
 pub use npu_core::seal::Seal;
 
 /// Where a pool's blocks come from and go back to. Sealed: see [`Seal`].
@@ -147,7 +148,33 @@ impl<S: Source> std::fmt::Debug for Cache<S> {
 
 impl<S: Source> Cache<S> {
     /// A cache of at most `capacity` bytes (unbounded when `None`) over `source`.
+    ///
+    /// The source's seal is evaluated here: an associated constant is evaluated only where it
+    /// is used, so an implementation whose `SEAL` never yields one (a `panic!()` in its place)
+    /// would otherwise compile outside npu-rs. With it, such a cache does not build:
+    ///
+    /// ```compile_fail,E0080
+    /// use npu_mem::pool_cache::{Cache, Seal, Source};
+    ///
+    /// struct Forged;
+    ///
+    /// // SAFETY: `free` does not block (it frees nothing).
+    /// unsafe impl Source for Forged {
+    ///     type Block = ();
+    ///     const NAME: &'static str = "Forged::alloc";
+    ///     const SEAL: Seal = panic!("no seal was made");
+    ///
+    ///     fn block_bytes(_: &()) -> usize {
+    ///         0
+    ///     }
+    ///
+    ///     fn free(&self, _: Vec<()>) {}
+    /// }
+    ///
+    /// let _ = Cache::new(Forged, None);
+    /// ```
     pub fn new(source: S, capacity: Option<usize>) -> Self {
+        let _: Seal = const { S::SEAL };
         Cache {
             source,
             capacity,
