@@ -71,16 +71,20 @@ pub type Halves<S> = (Split<S>, Split<S>);
 unsafe impl<S: Send + Sync> Send for Split<S> {}
 // SAFETY: shared access to a part only reads its range.
 unsafe impl<S: Send + Sync> Sync for Split<S> {}
-// The impls above vouch for `base` alone: every other field is `Send + Sync` of its own, checked
-// here, and a field added later breaks this pattern until it is checked too.
-const _: fn(&Split<()>) = |fields| {
-    let Split {
-        whole,
-        base: _,
-        offset,
-        len,
-    } = fields;
-    let _: [&(dyn Send + Sync); 3] = [whole, offset, len];
+// The impls above vouch for `base` alone: every other field is `Send + Sync` of its own under
+// the impls' bound, checked here for any such `S` (not one chosen type), and a field added later
+// breaks this pattern until it is checked too.
+const _: () = {
+    fn checked<S: Send + Sync>(fields: &Split<S>) {
+        let Split {
+            whole,
+            base: _,
+            offset,
+            len,
+        } = fields;
+        let _: [&(dyn Send + Sync); 3] = [whole, offset, len];
+    }
+    let _ = checked::<()>;
 };
 
 impl<S: MemoryMut + Sync> Split<S> {

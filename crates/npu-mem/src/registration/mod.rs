@@ -88,18 +88,22 @@ unsafe impl<B: StableBuffer> Send for HostRegistration<B> {}
 // SAFETY: shared access only reads; use recording is behind a mutex.
 unsafe impl<B: StableBuffer> Sync for HostRegistration<B> {}
 // The impls above vouch for `ptr` and `device_ptr` alone: every other field is `Send + Sync` of its
-// own, checked here, and a field added later breaks this pattern until it is checked too.
-const _: fn(&HostRegistration<Vec<u8>>) = |fields| {
-    let HostRegistration {
-        context,
-        buffer,
-        ptr: _,
-        len,
-        flags,
-        device_ptr: _,
-        uses,
-    } = fields;
-    let _: [&(dyn Send + Sync); 5] = [context, buffer, len, flags, uses];
+// own under the impls' bound, checked here for any such `B` (not one chosen type), and a field
+// added later breaks this pattern until it is checked too.
+const _: () = {
+    fn checked<B: StableBuffer>(fields: &HostRegistration<B>) {
+        let HostRegistration {
+            context,
+            buffer,
+            ptr: _,
+            len,
+            flags,
+            device_ptr: _,
+            uses,
+        } = fields;
+        let _: [&(dyn Send + Sync); 5] = [context, buffer, len, flags, uses];
+    }
+    let _ = checked::<Vec<u8>>;
 };
 
 /// A registration that failed: the error, and the buffer handed back.

@@ -196,10 +196,13 @@ pub(crate) struct Queue {
 // SAFETY: an aclrtStream is an opaque handle ACL lets any thread use; every call binds the
 // stream's context first, and submissions are serialised by `submit`.
 unsafe impl Send for StreamShared {}
-// SAFETY: as above; all mutable state is behind mutexes.
+// SAFETY: as above: shared use of the handle is a call ACL lets any thread make, under the
+// stream's bound context (the other fields are checked below).
 unsafe impl Sync for StreamShared {}
 // The impls above vouch for `handle` alone: every other field is `Send + Sync` of its own, checked
-// here, and a field added later breaks this pattern until it is checked too.
+// here, and a field added later breaks this pattern until it is checked too. Each field is bound
+// under a name without a leading underscore: one bound as `_name` and left out of the list below
+// would draw no unused-variable warning.
 const _: fn(&StreamShared) = |fields| {
     let StreamShared {
         context,
@@ -222,7 +225,7 @@ const _: fn(&StreamShared) = |fields| {
         stops,
         fault_noticed,
         drains,
-        _fault_watch,
+        _fault_watch: fault_watch,
         users,
         let_go,
     } = fields;
@@ -246,7 +249,7 @@ const _: fn(&StreamShared) = |fields| {
         stops,
         fault_noticed,
         drains,
-        _fault_watch,
+        fault_watch,
         users,
         let_go,
     ];
