@@ -59,10 +59,11 @@ pub use signal::{AsValueWord, Notify, ValueCondition, ValueWord};
 pub use strategy::Strategy;
 pub use stream::{FailureMode, Stream, StreamBuilder};
 
+pub use stream_pool::StreamPool;
+
 /// npu-stream's seal for the plumbing npu-rs's crates share (`npu_core::seal`).
 // SAFETY: npu-stream is one of npu-rs's crates.
 pub(crate) const SEAL: npu_core::seal::Seal = unsafe { npu_core::seal::Seal::npu_rs() };
-pub use stream_pool::StreamPool;
 
 /// A snapshot of the reactor's counters (operations registered and completed, event queries,
 /// parks).

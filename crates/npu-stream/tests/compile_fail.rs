@@ -1,7 +1,8 @@
 //! Misuse that must not compile: safe code cannot complete an operation (and so free its
 //! buffers while the device still uses them), create a completer, run code on a completion, or
-//! call the plumbing npu-rs's crates share (it takes a seal a dependent cannot make); nor can it replace a stream's fault watch or claim its faults, implement the pool
-//! machinery's sealed `Source`, name a runtime library without `unsafe`, build a record npu-sys
+//! call the plumbing npu-rs's crates share (it takes a seal a dependent cannot make); nor can
+//! it replace a stream's fault watch or claim its faults, implement the pool machinery's
+//! sealed `Source`, name a runtime library without `unsafe`, build a record npu-sys
 //! reports (`#[non_exhaustive]`), hand pageable memory to an async copy or a borrowed buffer to
 //! a kernel launch, reach one part of a split buffer from two operations, copy over a value
 //! word that another stream may be signalling through, or register a boxed slice; and a

@@ -22,5 +22,15 @@ fn main() -> npu_core::Result<()> {
     a.with_steady_peer_access("forged", &b, || ())?;
     let buffer = npu_mem::DeviceBuffer::<u8>::new(a.primary_context(), 4)?;
     let _ = npu_mem::bytes_of(&buffer);
+    let _ = npu_mem::pool_cache::byte_size::<u8>("forged", "len", 4);
+    let _ = runtime.latest_fault(0, npu_core::AclCode(507015));
     Ok(())
+}
+
+fn spawned(handle: &tokio::runtime::Handle) -> bool {
+    npu_core::contain::spawn_contained(handle, || ())
+}
+
+fn watched(runtime: &Runtime, watcher: std::sync::Weak<dyn npu_core::DeviceAbortWatch>) {
+    runtime.watch_device_aborts(0, watcher);
 }
