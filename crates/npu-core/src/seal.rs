@@ -6,8 +6,9 @@
 //! teardown counted that never ends, a completing scope raised by a user's thread) would make
 //! npu-rs's own waits time out or refuse. So every safe item of it takes a [`Seal`], which has
 //! no safe constructor: each of npu-rs's other crates makes one (its `crate::SEAL`) through
-//! [`Seal::npu_rs`], whose contract reserves it for them (npu-core makes its own directly). Plumbing whose misuse could be unsound
-//! is an `unsafe fn` with a `# Safety` section instead, which seals it the same way.
+//! [`Seal::npu_rs`], whose contract reserves it for them (npu-core makes its own directly).
+//! Plumbing whose misuse could be unsound is an `unsafe fn` with a `# Safety` section instead,
+//! which seals it the same way.
 
 /// The capability to call the plumbing npu-rs's crates share (see the [module](self)). It
 /// carries nothing: an item that takes one only requires that its caller could make one.

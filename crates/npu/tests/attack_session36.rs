@@ -3,9 +3,9 @@
 //! while launches race on many streams, firing on every launch of twelve streams at once,
 //! across a module unloaded under a queued launch and a device reset, on stopping streams
 //! racing aborts and the loss of their device, and with a memory-error code on launches whose
-//! arguments are pool blocks (one shared as an `Arc` with a launch that succeeds); host `View`s dereferenced beside copies in
-//! flight into the other half of their buffer, handed back by failed copies, and given to 2D
-//! copies at the edges of their shapes; and forks taken while another thread is blocked in a
+//! arguments are pool blocks (one shared as an `Arc` with a launch that succeeds); host
+//! `View`s dereferenced beside copies in flight into the other half of their buffer, handed
+//! back by failed copies, and given to 2D copies at the edges of their shapes; and forks taken while another thread is blocked in a
 //! tracing subscriber under a stream's submission lock and an event's recording lock, or is
 //! inside `wait_for_teardowns`; a flush of the reaper (`npu::sim::flush_releases`) from a
 //! subscriber's callback under npu-rs's locks, with a release queued that takes the lock; and
