@@ -854,6 +854,11 @@ static HELD_REAPER: Mutex<Option<ReaperHeld>> = Mutex::new(None);
 /// Whether [`FlushesInItsCallback`] flushed (armed while `false`; set once its flush returned).
 static FLUSHED: AtomicBool = AtomicBool::new(true);
 
+/// Whether [`FlushesInItsCallback`] found itself under one of npu-rs's locks, so that the test
+/// keeps checking the case it means to: `wait_for_teardowns`, which refuses to wait there (and
+/// on npu-rs's own threads, which the callback is not on), refused it.
+static UNDER_A_LOCK: AtomicBool = AtomicBool::new(false);
+
 /// The targets whose next event [`FlushesInItsCallback`] flushes from.
 static FLUSH_ON: Mutex<&[&str]> = Mutex::new(&[]);
 
@@ -871,6 +876,16 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for FlushesInItsCallba
         drop(HELD_REAPER.lock().unwrap().take());
         sim::flush_releases();
         FLUSHED.store(true, Ordering::SeqCst);
+        // After the flag: a refusal that logs comes back here and must not flush again.
+        let refused = wait_for_teardowns(std::time::Duration::ZERO);
+        let thread = matches!(
+            refused,
+            Err(Error::InvalidArgument {
+                argument: "thread",
+                ..
+            })
+        );
+        UNDER_A_LOCK.store(thread, Ordering::SeqCst);
     }
 }
 
@@ -949,14 +964,19 @@ fn a_flush_from_a_subscriber_under_npu_rs_locks() {
 }
 
 /// Runs `call` with [`FlushesInItsCallback`] armed for `targets`; checks that the callback
-/// flushed and returned.
+/// flushed, under one of npu-rs's locks, and returned.
 fn flushed_in_a_callback<R>(targets: &'static [&'static str], call: impl FnOnce() -> R) -> R {
     use tracing_subscriber::layer::SubscriberExt;
     *FLUSH_ON.lock().unwrap() = targets;
     FLUSHED.store(false, Ordering::SeqCst);
+    UNDER_A_LOCK.store(false, Ordering::SeqCst);
     let subscriber = tracing_subscriber::registry().with(FlushesInItsCallback);
     let result = tracing::subscriber::with_default(subscriber, call);
     assert!(FLUSHED.load(Ordering::SeqCst), "the callback flushed");
+    assert!(
+        UNDER_A_LOCK.load(Ordering::SeqCst),
+        "the callback ran under one of npu-rs's locks"
+    );
     result
 }
 
