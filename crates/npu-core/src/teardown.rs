@@ -75,19 +75,27 @@ fn count(running: &Option<HashMap<usize, usize>>, library: Option<usize>) -> usi
     }
 }
 
-/// Whether this thread may wait for teardowns: not a thread of npu-rs's that serves every
-/// stream (the reaper, a shared thread: rule 5), nor one in a step that completes operations
-/// (a blocking waiter's, a drain's or an abort's thread, outside the completion itself too:
-/// its hold, once raised, would keep it waiting for itself), nor a teardown thread (which
-/// would wait for itself), nor one holding a lock a teardown or a release may take (a library's `aclInit`
-/// lock, one of npu-rs's ranked locks: a tracing subscriber called back from an ACL call
-/// made under it).
+/// Whether this thread serves npu-rs's work, so that it must not block on that work: a
+/// thread of npu-rs's that serves every stream (the reaper, a shared thread: rule 5), one in
+/// a step that completes operations (a blocking waiter's, a drain's or an abort's thread,
+/// outside the completion itself too), or one holding one of npu-rs's ranked locks (a tracing
+/// subscriber called back from an ACL call made under it). A blocking wait for an operation
+/// (`Completion::wait_blocking`) is refused there, and so is a wait for teardowns
+/// ([`may_wait_here`]).
+pub(crate) fn serving_npu_rs() -> bool {
+    crate::reaper::on_shared_thread()
+        || crate::holds::completing_here()
+        || crate::contain::holds_a_lock()
+}
+
+/// Whether this thread may wait for teardowns: not one that serves npu-rs's work
+/// ([`serving_npu_rs`]; a completing step's hold, once raised, would keep it waiting for
+/// itself), nor a teardown thread (which would wait for itself), nor one holding a library's
+/// `aclInit` lock, which a teardown may take.
 pub(crate) fn may_wait_here() -> bool {
-    !crate::reaper::on_shared_thread()
-        && !crate::holds::completing_here()
+    !serving_npu_rs()
         && !ON_TEARDOWN.with(std::cell::Cell::get)
         && !crate::runtime::initialising_here()
-        && !crate::contain::holds_a_lock()
 }
 
 /// Whether a teardown of `library` is running.

@@ -493,10 +493,7 @@ impl Completion {
     /// under the stream's submission lock), and that the reaper and npu-rs's other threads
     /// may need meanwhile, held for as long as the wait. `None` where the wait may be made.
     fn refused_on_this_thread(api: &'static str) -> Option<Error> {
-        let may_block = !crate::reaper::on_shared_thread()
-            && !crate::holds::completing_here()
-            && !crate::contain::holds_a_lock();
-        (!may_block).then(|| {
+        crate::teardown::serving_npu_rs().then(|| {
             Error::invalid(
                 api,
                 "thread",
