@@ -489,6 +489,22 @@ pub fn check_fault_code(code: aclError) -> Result<(), ControlError> {
     Ok(fault_code_impl(code)?)
 }
 
+/// Whether the controls naming a kernel ([`fail_kernel`], [`set_kernel_duration`]) accept `name`:
+/// any but an empty one or one holding a NUL, which no kernel has (stored, it would never match
+/// a launch). For wrappers that check their arguments before calling.
+///
+/// ```
+/// # extern crate ascendcl as npu_sim;
+/// use npu_sim::control;
+///
+/// assert!(control::check_kernel_name("scale_f32").is_ok());
+/// assert_eq!(control::check_kernel_name("").unwrap_err().code, 100000);
+/// assert_eq!(control::check_kernel_name("scale\0f32").unwrap_err().code, 100000);
+/// ```
+pub fn check_kernel_name(name: &str) -> Result<(), ControlError> {
+    Ok(kernel_name_impl(name)?)
+}
+
 /// Makes the `nth` launch (1 = the next) of the kernel `name` queued on any stream of `device`
 /// from now on fail with `code` when it runs, instead of running, as a [`fail_task`] fault
 /// fails a task: the failure follows its stream's failure mode.

@@ -319,17 +319,10 @@ pub fn fail_kernel(device: &Device, name: &str, nth: u64, code: AclCode) -> Resu
     Ok(control::fail_kernel(id, name, nth, code.0)?)
 }
 
-/// Refuses, as an error of `api`, a `name` no kernel can have (empty, or holding a NUL): a
-/// control would store it and it would never match a launch.
+/// Refuses, as an error of `api` naming `name`, a name no kernel can have (the simulator's
+/// rule): checked here so the error is typed instead of the simulator's parameter code.
 fn check_kernel_name(api: &'static str, name: &str) -> Result<()> {
-    if name.is_empty() || name.contains('\0') {
-        return Err(Error::invalid(
-            api,
-            "name",
-            "is not a kernel name (empty, or holds a NUL)",
-        ));
-    }
-    Ok(())
+    control::check_kernel_name(name).map_err(|err| Error::invalid(api, "name", err.message))
 }
 
 /// Disarms every fault armed on `device` that has not fired: those [`fail_task`] armed on any
