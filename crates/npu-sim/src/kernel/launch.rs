@@ -41,6 +41,16 @@ pub(crate) const MAX_ALIGN: usize = 4096;
 // SAFETY: once built (through `&mut self`), the words are reached only through raw pointers:
 // by kernels, as device memory is, and by `to_bytes`; no reference to them is shared.
 unsafe impl Sync for ArgsBlob {}
+// The impl vouches for `words` alone: the other fields are `Sync` of their own, checked here,
+// and a field added later breaks this pattern until it is checked too.
+const _: fn(&ArgsBlob) = |fields| {
+    let ArgsBlob {
+        words: _,
+        start,
+        len,
+    } = fields;
+    let _: [&dyn Sync; 2] = [start, len];
+};
 
 impl ArgsBlob {
     /// `len` zero bytes; 207001 if the host cannot allocate them.
