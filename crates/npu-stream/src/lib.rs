@@ -1,10 +1,12 @@
 //! Ascend NPU streams and events as Rust futures.
 //!
 //! Every stream operation (copies, 2D copies, memsets, kernel launches, event records) is
-//! submitted on the calling thread, followed by an event record; one reactor thread polls
-//! `aclrtQueryEventStatus` for the oldest pending event of each stream and wakes the task. A
-//! Tokio server can therefore `.await` device work inside the same `select!` as its socket
-//! reads, without blocking a worker thread and without a blocking-pool thread per operation.
+//! submitted on the calling thread, followed by an event record; under the default
+//! [`Strategy`] one reactor thread polls `aclrtQueryEventStatus` for the oldest pending event
+//! of each stream and wakes the task (the other strategies use a callback thread per device,
+//! or a blocking thread per operation). A Tokio server can therefore `.await` device work
+//! inside the same `select!` as its socket reads, without blocking a worker thread and without
+//! a blocking-pool thread per operation.
 //!
 //! ```
 //! use npu_core::Device;

@@ -3,8 +3,8 @@
 //! CANN's runtime (`libacl_rt.so`, the `aclrt*` C API) queues work on streams and offers
 //! only blocking calls or callback threads to learn that it finished. npu-rs makes every
 //! stream operation (copies, memsets, kernel launches, event waits) a future: the operation
-//! is submitted on the calling thread, an event is recorded after it, and one reactor thread
-//! polls the pending events and wakes the waiting tasks. A server can `.await` a
+//! is submitted on the calling thread, an event is recorded after it, and (by default) one
+//! reactor thread polls the pending events and wakes the waiting tasks. A server can `.await` a
 //! host-to-device copy or a kernel in the same `select!` as its socket reads, without
 //! blocking a worker thread and without a blocking-pool thread per operation.
 //!
