@@ -1,0 +1,535 @@
+//! Attacks of the thirty-seventh session through the `npu` facade, on the last session's new
+//! code first: blocking waits (`Completion::wait_blocking`, a `BlockingWaiter`'s bounded wait)
+//! and a flush of the reaper (`npu::sim::flush_releases`) from the wakers a pool's return path
+//! runs on the reaper (a queued request served by a block that comes back there, a task
+//! waiting for the pool to settle), and the same waits on threads of the program's own where
+//! they must still be made (a Tokio blocking thread, a subscriber's callback under no lock of
+//! npu-rs's); a device pool's `allocating` counter across allocations cancelled while the
+//! device holds them, failed ones, and a pool dropped under one; cross-device copies while
+//! their peer access's guards are dropped on other threads (`PeerAccess::device`), and while
+//! the peer device is lost.
+//!
+//! Each test names the promise it attacks and its outcome. The simulator's hold gate and its
+//! fault tables are shared by every test of this process, so every test takes the file's
+//! device lock; every wait is bounded (`run`, a child process's bound), so a hang fails its
+//! test. Device 3 is lost for the rest of the process by one test.
+
+mod common;
+
+use std::pin::Pin;
+use std::sync::{Arc, Barrier, Mutex};
+
+use common::*;
+use npu::memory::{DevicePool, DevicePoolBackend};
+use npu::prelude::*;
+use npu::{Completion, Error, Stream, sim};
+
+/// The memory of each of the file's four simulated devices.
+const MEMORY: u64 = 64 << 20;
+
+/// The environment variable that picks the child process's case.
+const CHILD_ENV: &str = "NPU_ATTACK37_CHILD";
+
+/// The bytes of the blocks the pool tests ask for (a size class of its own).
+const BLOCK: usize = 4096;
+
+/// The device lock and device 0's primary context, of this file's four-device simulator.
+fn devices() -> (std::sync::MutexGuard<'static, ()>, Context) {
+    devices_of(4, MEMORY)
+}
+
+/// A zeroed device buffer of `n` bytes.
+fn dev(ctx: &Context, n: usize) -> DeviceBuffer<u8> {
+    DeviceBuffer::new(ctx, n).unwrap()
+}
+
+/// The child process's cases: run only when the parent's test sets [`CHILD_ENV`].
+#[test]
+fn child() {
+    let Ok(case) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    match case.as_str() {
+        "pool wakers" => blocking_waits_in_a_pools_wakers_on_the_reaper(),
+        other => panic!("no child case {other}"),
+    }
+    println!("CHILD OK");
+}
+
+/// What a blocking wait made where a test's callback ran heard.
+struct Heard {
+    /// The name of the thread the callback ran on.
+    thread: String,
+    /// `wait_blocking` for the pending operation.
+    unbounded: Result<(), Error>,
+    /// A `BlockingWaiter`'s bounded wait for it.
+    bounded: Option<Result<(), Error>>,
+    /// A zero-timeout look at it.
+    looked: Option<Result<(), Error>>,
+    /// `wait_blocking` for an operation already complete.
+    complete: Result<(), Error>,
+}
+
+/// Flushes the reaper, then makes every blocking wait for `pending` (not complete) and
+/// `complete`, and says what each answered.
+fn flush_and_wait(pending: &Completion, complete: &Completion) -> Heard {
+    sim::flush_releases();
+    let waiter = pending.blocking_waiter();
+    Heard {
+        thread: std::thread::current().name().unwrap_or("").to_owned(),
+        unbounded: pending.wait_blocking(),
+        bounded: waiter.wait_for(HANG),
+        looked: waiter.wait_for(std::time::Duration::ZERO),
+        complete: complete.wait_blocking(),
+    }
+}
+
+/// Checks that the waits for the pending operation were refused by name (argument `thread`),
+/// not made, that the look said pending, and that the complete operation's result came back.
+fn refused_not_waited(heard: Heard, what: &str) {
+    let thread = &heard.thread;
+    let refused = |answer: Result<(), Error>, api: &str| match answer {
+        Err(err) => assert_eq!(invalid(&err), (api, "thread"), "{what}, on {thread}"),
+        Ok(()) => panic!("{what}: on {thread}, the pending operation's wait returned Ok"),
+    };
+    refused(heard.unbounded, "Completion::wait_blocking");
+    refused(
+        heard.bounded.expect("refused, not timed out"),
+        "BlockingWaiter::wait_for",
+    );
+    assert!(heard.looked.is_none(), "{what}: still pending");
+    assert!(heard.complete.is_ok(), "{what}: {:?}", heard.complete);
+}
+
+/// A waker that, woken, flushes the reaper and makes [`flush_and_wait`]'s waits for its pair
+/// of operations once, and sends what it heard.
+struct WaitsWhenWoken {
+    pending: Completion,
+    complete: Completion,
+    told: Mutex<Option<std::sync::mpsc::Sender<Heard>>>,
+}
+
+impl WaitsWhenWoken {
+    /// A waker for `pending` and `complete`, and where what it hears arrives.
+    fn new(
+        pending: &Completion,
+        complete: &Completion,
+    ) -> (std::task::Waker, std::sync::mpsc::Receiver<Heard>) {
+        let (told, heard) = std::sync::mpsc::channel();
+        let waker = std::task::Waker::from(Arc::new(WaitsWhenWoken {
+            pending: pending.clone(),
+            complete: complete.clone(),
+            told: Mutex::new(Some(told)),
+        }));
+        (waker, heard)
+    }
+}
+
+impl std::task::Wake for WaitsWhenWoken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let Some(told) = self.told.lock().unwrap().take() else {
+            return;
+        };
+        let _ = told.send(flush_and_wait(&self.pending, &self.complete));
+    }
+}
+
+/// Polls `future` once with `waker`.
+fn polled_with<F: std::future::Future + ?Sized>(
+    future: Pin<&mut F>,
+    waker: &std::task::Waker,
+) -> std::task::Poll<F::Output> {
+    future.poll(&mut std::task::Context::from_waker(waker))
+}
+
+/// A pending operation (a wait on a notify of `ctx` that `setting` sets when the caller
+/// records it) on a stream of its own, and a complete one.
+fn a_pending_and_a_complete_operation(
+    ctx: &Context,
+) -> (
+    Stream,
+    npu::stream::Notify,
+    npu::Op<npu::stream::Notify>,
+    Completion,
+) {
+    let (waiting, setting) = (Stream::new(ctx).unwrap(), Stream::new(ctx).unwrap());
+    let notify = npu::stream::Notify::new(ctx).unwrap();
+    let pending = waiting.wait_notify(&notify);
+    let complete = setting.synchronize();
+    let done = complete.completion().clone();
+    run(complete).unwrap();
+    (setting, notify, pending, done)
+}
+
+/// Promise: no npu-rs wait called back from code npu-rs runs on the reaper waits for work the
+/// reaper or the device still has to do (rules 5 and 6), for the wakers a pool's return path
+/// runs there: a request queued for room in a bounded device pool (both backends), served by
+/// a block that comes back on the reaper once the memset that used it completes (its future
+/// dropped while the device held it); and a task waiting for the pool to settle
+/// (`DevicePool::settled`), woken there by the last block's return. Each waker flushes the
+/// reaper (`npu::sim::flush_releases`) and makes both blocking waits for an operation still
+/// pending (a wait on a notify set afterwards), a zero-timeout look, and a wait for one
+/// complete.
+///
+/// Outcome: held. Each waker runs on the reaper (`npu-reaper`); the flush returns at once, both
+/// waits are refused with `InvalidArgument` naming the wait and `thread`, the look says
+/// pending and the complete operation's wait returns `Ok`; the queued request gets its block,
+/// the settling task is woken, and the pending operation completes once the notify is set.
+#[test]
+fn blocking_waits_in_a_pools_wakers_on_the_reaper_are_refused_not_hung() {
+    in_child_test("child", CHILD_ENV, "pool wakers");
+}
+
+/// The child process's case of
+/// [`blocking_waits_in_a_pools_wakers_on_the_reaper_are_refused_not_hung`].
+fn blocking_waits_in_a_pools_wakers_on_the_reaper() {
+    let (_guard, ctx) = devices();
+    for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
+        let what = format!("{backend:?}");
+        let s = Stream::new(&ctx).unwrap();
+        let class = DevicePool::size_class(BLOCK).unwrap();
+        let pool = device_pool(&ctx, backend, Some(class));
+        let (setting, notify, pending, done) = a_pending_and_a_complete_operation(&ctx);
+
+        // A queued request, served on the reaper.
+        let block = run(pool.alloc::<u8>(&s, BLOCK)).unwrap();
+        let held = sim::hold(&ctx.device()).unwrap();
+        let mut memset = s.memset(block, 7);
+        assert!(polled_once(Pin::new(&mut memset)).is_pending(), "{what}");
+        drop(memset);
+        let mut queued = Box::pin(pool.alloc::<u8>(&s, BLOCK));
+        let (waker, heard) = WaitsWhenWoken::new(pending.completion(), &done);
+        assert!(polled_with(queued.as_mut(), &waker).is_pending(), "{what}");
+        assert_eq!(pool.stats().cache.waiters, 1, "{what}: queued");
+        drop(waker);
+        held.release().unwrap();
+        let heard = heard
+            .recv_timeout(HANG)
+            .unwrap_or_else(|_| panic!("{what}: the request's waker was not woken, or hung"));
+        assert_eq!(heard.thread, "npu-reaper", "{what}: the request's waker");
+        refused_not_waited(heard, &format!("{what}, the request's waker"));
+        let block = run(queued).unwrap();
+
+        // A task waiting for the pool to settle, woken on the reaper.
+        let held = sim::hold(&ctx.device()).unwrap();
+        let mut memset = s.memset(block, 8);
+        assert!(polled_once(Pin::new(&mut memset)).is_pending(), "{what}");
+        drop(memset);
+        let mut settling = pool.settled();
+        let (waker, heard) = WaitsWhenWoken::new(pending.completion(), &done);
+        assert!(polled_with(Pin::new(&mut settling), &waker).is_pending(), "{what}");
+        drop(waker);
+        held.release().unwrap();
+        let heard = heard
+            .recv_timeout(HANG)
+            .unwrap_or_else(|_| panic!("{what}: the settling waker was not woken, or hung"));
+        assert_eq!(heard.thread, "npu-reaper", "{what}: the settling waker");
+        refused_not_waited(heard, &format!("{what}, the settling waker"));
+        run(settling);
+
+        run(setting.record_notify(&notify)).unwrap();
+        run(pending).unwrap();
+    }
+}
+
+/// Promise: a blocking wait is refused only where it could not end, never on a thread of the
+/// program's own (the refusal's other side): `Completion::wait_blocking` and a
+/// `BlockingWaiter`'s bounded wait for an operation the device holds, from a Tokio
+/// `spawn_blocking` task (the kind of thread a `BlockingSync` wait runs on), from a tracing
+/// subscriber's callback for an event of the program's own outside any npu-rs call, and from
+/// a waker that the program wakes on a thread of its own; each released by the test (the
+/// device, or the notify the operation waits on) once the wait is under way.
+///
+/// Outcome: held. Every wait returns `Ok` once the device is released.
+#[test]
+fn blocking_waits_on_the_programs_own_threads_are_made() {
+    use tracing_subscriber::layer::SubscriberExt;
+
+    /// A tracing layer whose callback waits for the operation it is given (bounded by the
+    /// operation's release), for the test's own events only.
+    struct WaitsForTheOperation(Completion, std::sync::mpsc::Sender<Result<(), Error>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WaitsForTheOperation {
+        fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+            if event.metadata().target() == "attack_session37" {
+                let _ = self.1.send(Ok(()));
+                let _ = self.1.send(self.0.wait_blocking());
+            }
+        }
+    }
+
+    let (_guard, ctx) = devices();
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let s = stream(&ctx, strategy);
+
+        // On a Tokio blocking thread.
+        let held = sim::hold(&ctx.device()).unwrap();
+        let op = s.memset(dev(&ctx, 64), 1);
+        let done = op.completion().clone();
+        let tokio = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let waiter = done.blocking_waiter();
+        let (started, start) = std::sync::mpsc::channel();
+        let blocking = tokio.spawn_blocking(move || {
+            started.send(()).unwrap();
+            (done.wait_blocking(), waiter.wait_for(HANG))
+        });
+        start.recv_timeout(HANG).unwrap();
+        held.release().unwrap();
+        let (unbounded, bounded) = run(blocking).unwrap();
+        assert!(unbounded.is_ok(), "{what}: {unbounded:?}");
+        assert!(matches!(bounded, Some(Ok(()))), "{what}: {bounded:?}");
+        drop(tokio);
+        run(op).unwrap();
+
+        // From a subscriber's callback for the program's own event.
+        let held = sim::hold(&ctx.device()).unwrap();
+        let op = s.memset(dev(&ctx, 64), 2);
+        let (told, heard) = std::sync::mpsc::channel();
+        let subscriber =
+            tracing_subscriber::registry().with(WaitsForTheOperation(op.completion().clone(), told));
+        let emitting = std::thread::spawn(move || {
+            tracing::subscriber::with_default(subscriber, || {
+                tracing::info!(target: "attack_session37", "the program's own event");
+            })
+        });
+        heard.recv_timeout(HANG).unwrap().unwrap();
+        held.release().unwrap();
+        let waited = heard.recv_timeout(HANG).expect("the callback's wait hung");
+        assert!(waited.is_ok(), "{what}: {waited:?}");
+        emitting.join().unwrap();
+        run(op).unwrap();
+
+        // From a waker the program wakes on a thread of its own.
+        let (setting, notify, pending, complete) = a_pending_and_a_complete_operation(&ctx);
+        let (waker, refused) = WaitsWhenWoken::new(pending.completion(), &complete);
+        let done = pending.completion().clone();
+        let waits = std::thread::spawn(move || {
+            waker.wake_by_ref();
+            let heard = refused.recv().unwrap();
+            (heard.unbounded.is_ok(), done.wait_blocking())
+        });
+        run(setting.record_notify(&notify)).unwrap();
+        let (first, second) = waits.join().unwrap();
+        assert!(first, "{what}: a program's own waker, woken on its own thread, may wait");
+        assert!(second.is_ok(), "{what}: {second:?}");
+        run(pending).unwrap();
+    }
+}
+
+/// Checks the invariants of a bounded pool's counters: what it holds and the room granted to
+/// blocks not yet made never exceed the capacity, and `reserved` adds up.
+fn within_the_cap(pool: &DevicePool, cap: usize, what: &str) -> npu::PoolStats {
+    let stats = pool.stats().cache;
+    assert!(
+        stats.reserved + stats.allocating <= cap,
+        "{what}: over the capacity {cap}: {stats:?}"
+    );
+    assert_eq!(
+        stats.reserved,
+        stats.allocated + stats.awaiting_bytes + stats.cached,
+        "{what}: {stats:?}"
+    );
+    stats
+}
+
+/// Promise: cancelling, failing or orphaning a pool's allocation loses nothing and leaves its
+/// counters consistent (rule 2; `PoolStats::allocating`, new in the last session): on the
+/// runtime pool's stream-ordered allocations held by the device, a bounded pool of two
+/// blocks: two requests polled once (their allocations submitted), a third queued for room,
+/// the first and the third dropped, then the device released; a request failed by
+/// `fail_next_alloc` (both backends); and a pool dropped with an allocation the device still
+/// holds.
+///
+/// Outcome: held. `allocating` counts the two submitted allocations' room and never exceeds
+/// the capacity with `reserved`; the queued request leaves the queue; once released the
+/// second request gets its block, the cancelled allocation's block goes back and
+/// `allocating` returns to 0; with every block dropped the pool settles with nothing
+/// allocated, awaiting, allocating or waiting; the failed request leaves the counters as
+/// they were; the dropped pool's held allocation is freed once the device runs it (the
+/// device's live allocations back at their baseline).
+#[test]
+fn a_pools_allocating_room_is_given_back_by_cancelled_failed_and_orphaned_allocations() {
+    let (_guard, ctx) = devices();
+    let class = DevicePool::size_class(BLOCK).unwrap();
+    let cap = 2 * class;
+    let s = Stream::new(&ctx).unwrap();
+    {
+        let what = "cancelled";
+        let pool = device_pool(&ctx, DevicePoolBackend::RuntimePool, Some(cap));
+        let held = sim::hold(&ctx.device()).unwrap();
+        let mut first = Box::pin(pool.alloc::<u8>(&s, BLOCK));
+        let mut second = Box::pin(pool.alloc::<u8>(&s, BLOCK));
+        assert!(polled_once(first.as_mut()).is_pending(), "{what}");
+        assert!(polled_once(second.as_mut()).is_pending(), "{what}");
+        assert_eq!(within_the_cap(&pool, cap, what).allocating, cap, "{what}");
+        let mut third = Box::pin(pool.alloc::<u8>(&s, BLOCK));
+        assert!(polled_once(third.as_mut()).is_pending(), "{what}");
+        assert_eq!(within_the_cap(&pool, cap, what).waiters, 1, "{what}");
+        drop(first);
+        within_the_cap(&pool, cap, what);
+        drop(third);
+        assert_eq!(within_the_cap(&pool, cap, what).waiters, 0, "{what}");
+        held.release().unwrap();
+        let block = run(second).unwrap();
+        until_released(what, || pool.stats().cache.allocating == 0);
+        let stats = within_the_cap(&pool, cap, what);
+        assert_eq!(stats.allocated, class, "{what}: {stats:?}");
+        drop(block);
+        run(pool.settled());
+        let stats = within_the_cap(&pool, cap, what);
+        assert_eq!(
+            (stats.allocated, stats.awaiting_blocks, stats.allocating, stats.waiters),
+            (0, 0, 0, 0),
+            "{what}: {stats:?}"
+        );
+    }
+    for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
+        let what = format!("{backend:?} failed");
+        let pool = device_pool(&ctx, backend, Some(cap));
+        let before = pool.stats().cache;
+        sim::fail_next_alloc(&ctx.device()).unwrap();
+        // Nothing cached to give back and nothing out: the request fails at once.
+        let err = run(pool.alloc::<u8>(&s, BLOCK)).unwrap_err();
+        assert!(err.is_out_of_memory(), "{what}: {err}");
+        let after = pool.stats().cache;
+        assert_eq!(
+            (after.allocated, after.reserved, after.allocating, after.waiters),
+            (before.allocated, before.reserved, before.allocating, before.waiters),
+            "{what}"
+        );
+        drop(run(pool.alloc::<u8>(&s, BLOCK)).unwrap());
+        run(pool.settled());
+        let stats = within_the_cap(&pool, cap, &what);
+        assert_eq!((stats.allocating, stats.allocated), (0, 0), "{what}: {stats:?}");
+    }
+    {
+        // On device 1, where no pool of this test frees blocks on a release stream of its own
+        // meanwhile (the pools dropped above may still be giving theirs back).
+        let what = "orphaned";
+        let ctx = Device::open(1).unwrap().primary_context().clone();
+        let s = Stream::new(&ctx).unwrap();
+        let baseline = live_allocations(&ctx);
+        let pool = device_pool(&ctx, DevicePoolBackend::RuntimePool, Some(cap));
+        let held = sim::hold(&ctx.device()).unwrap();
+        let mut request = Box::pin(pool.alloc::<u8>(&s, BLOCK));
+        assert!(polled_once(request.as_mut()).is_pending(), "{what}");
+        drop(request);
+        drop(pool);
+        held.release().unwrap();
+        until_released(what, || live_allocations(&ctx) == baseline);
+    }
+}
+
+/// Promise: a cross-device copy keeps the peer access it was submitted under until it
+/// completes, and resolves with its own bytes or a typed error, while the guards that enabled
+/// the access are dropped on other threads (rules 1 to 3; `PeerAccess::device`, new in the
+/// last session, and the deprecated `from`). Four threads each, forty times: enable device
+/// 0's access to device 1 (the guard's `device()` and `from()` are device 0, its `peer()`
+/// device 1), start a copy of a device-1 buffer of its own pattern into a device-0 buffer,
+/// and hand the guard to a dropping thread before awaiting the copy.
+///
+/// Outcome: held. Every copy either lands its own pattern or is refused typed (naming
+/// `Stream::copy_d2d`) when it was submitted with no access enabled; once every guard and copy
+/// is gone, no access is left enabled (`peer_access_to` is `None`).
+#[test]
+fn cross_device_copies_keep_their_access_while_guards_are_dropped_elsewhere() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 40;
+    let (_guard, ctx) = devices();
+    let (d0, d1) = (ctx.device(), Device::open(1).unwrap());
+    let peer_ctx = d1.primary_context().clone();
+    let (to_drop, dropping) = std::sync::mpsc::channel::<npu::PeerAccess>();
+    let dropper = std::thread::spawn(move || {
+        for guard in dropping {
+            drop(guard);
+        }
+    });
+    let start = Arc::new(Barrier::new(THREADS));
+    let copiers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (ctx, peer_ctx, start, to_drop) =
+                (ctx.clone(), peer_ctx.clone(), start.clone(), to_drop.clone());
+            let (d0, d1) = (d0.clone(), d1.clone());
+            std::thread::spawn(move || {
+                let s = Stream::new(&ctx).unwrap();
+                start.wait();
+                let mut landed = 0;
+                for round in 0..ROUNDS {
+                    let what = format!("thread {t} round {round}");
+                    let pattern = (t * ROUNDS + round) as u8;
+                    let src =
+                        DeviceBuffer::from_host_blocking(&peer_ctx, &[pattern; 256]).unwrap();
+                    let access = d0.enable_peer_access(&d1).unwrap();
+                    assert_eq!(access.device(), &d0, "{what}");
+                    #[allow(deprecated)]
+                    let from = access.from();
+                    assert_eq!(from, access.device(), "{what}");
+                    assert_eq!(access.peer(), &d1, "{what}");
+                    let mut copy = s.copy_d2d(src, dev(&ctx, 256));
+                    let _ = polled_once(Pin::new(&mut copy));
+                    to_drop.send(access).unwrap();
+                    match run(copy) {
+                        Ok((_, dst)) => {
+                            assert_eq!(dst.to_vec_blocking().unwrap(), [pattern; 256], "{what}");
+                            landed += 1;
+                        }
+                        Err(err) => panic!("{what}: the copy failed: {:?}", err.error),
+                    }
+                }
+                landed
+            })
+        })
+        .collect();
+    drop(to_drop);
+    let landed: usize = copiers.into_iter().map(|c| c.join().unwrap()).sum();
+    dropper.join().unwrap();
+    assert_eq!(landed, THREADS * ROUNDS);
+    until_released("the copies' guards", || d0.peer_access_to(&d1).is_none());
+}
+
+/// Promise: a cross-device copy queued while its peer device is lost resolves, and its drops
+/// and its peer access's guards return (rules 2, 3 and 5): device 2's stream, on the held
+/// device, copies a device-3 buffer into a device-2 buffer under a guard of device 2's access
+/// to device 3, which the test drops at once; device 3 is then lost (for the rest of the
+/// process) and device 2 released.
+///
+/// Outcome: held. The copy resolves, `Ok` or failed typed with both buffers handed back;
+/// every drop returns; device 2's access to device 3 is disabled afterwards
+/// (`peer_access_to` is `None`); device 2's stream runs a memset after.
+#[test]
+fn a_cross_device_copy_whose_peer_is_lost_resolves_and_lets_its_access_go() {
+    let (_guard, _ctx) = devices();
+    let (d2, d3) = (Device::open(2).unwrap(), Device::open(3).unwrap());
+    let (near, far) = (d2.primary_context().clone(), d3.primary_context().clone());
+    let s = Stream::new(&near).unwrap();
+    let src = DeviceBuffer::from_host_blocking(&far, &[5u8; 512]).unwrap();
+    let access = d2.enable_peer_access(&d3).unwrap();
+    assert_eq!(access.device(), &d2);
+    let held = sim::hold(&d2).unwrap();
+    let mut copy = s.copy_d2d(src, dev(&near, 512));
+    assert!(polled_once(Pin::new(&mut copy)).is_pending(), "held");
+    drop(access);
+    sim::lose(&d3).unwrap();
+    held.release().unwrap();
+    match run(copy) {
+        Ok((src, dst)) => {
+            assert_eq!(dst.to_vec_blocking().unwrap(), [5; 512]);
+            drop(src);
+        }
+        Err(err) => {
+            assert!(err.value.is_some(), "both buffers back: {}", err.error);
+            drop(err);
+        }
+    }
+    until_released("the copy's guard", || d2.peer_access_to(&d3).is_none());
+    a_memset_writes(&near, &s, 9, "device 2 after its peer's loss");
+}
+
