@@ -51,6 +51,7 @@ fn child() {
     };
     match case.as_str() {
         "pool wakers" => blocking_waits_in_a_pools_wakers_on_the_reaper(),
+        "fork in a waker" => waits_in_a_child_forked_from_a_waker(),
         other => panic!("no child case {other}"),
     }
     println!("CHILD OK");
@@ -221,7 +222,10 @@ fn blocking_waits_in_a_pools_wakers_on_the_reaper() {
         drop(memset);
         let mut settling = pool.settled();
         let (waker, heard) = WaitsWhenWoken::new(pending.completion(), &done);
-        assert!(polled_with(Pin::new(&mut settling), &waker).is_pending(), "{what}");
+        assert!(
+            polled_with(Pin::new(&mut settling), &waker).is_pending(),
+            "{what}"
+        );
         drop(waker);
         held.release().unwrap();
         let heard = heard
@@ -254,7 +258,11 @@ fn blocking_waits_on_the_programs_own_threads_are_made() {
     struct WaitsForTheOperation(Completion, std::sync::mpsc::Sender<Result<(), Error>>);
 
     impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WaitsForTheOperation {
-        fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
             if event.metadata().target() == "attack_session37" {
                 let _ = self.1.send(Ok(()));
                 let _ = self.1.send(self.0.wait_blocking());
@@ -293,8 +301,8 @@ fn blocking_waits_on_the_programs_own_threads_are_made() {
         let held = sim::hold(&ctx.device()).unwrap();
         let op = s.memset(dev(&ctx, 64), 2);
         let (told, heard) = std::sync::mpsc::channel();
-        let subscriber =
-            tracing_subscriber::registry().with(WaitsForTheOperation(op.completion().clone(), told));
+        let subscriber = tracing_subscriber::registry()
+            .with(WaitsForTheOperation(op.completion().clone(), told));
         let emitting = std::thread::spawn(move || {
             tracing::subscriber::with_default(subscriber, || {
                 tracing::info!(target: "attack_session37", "the program's own event");
@@ -318,7 +326,10 @@ fn blocking_waits_on_the_programs_own_threads_are_made() {
         });
         run(setting.record_notify(&notify)).unwrap();
         let (first, second) = waits.join().unwrap();
-        assert!(first, "{what}: a program's own waker, woken on its own thread, may wait");
+        assert!(
+            first,
+            "{what}: a program's own waker, woken on its own thread, may wait"
+        );
         assert!(second.is_ok(), "{what}: {second:?}");
         run(pending).unwrap();
     }
@@ -386,7 +397,12 @@ fn a_pools_allocating_room_is_given_back_by_cancelled_failed_and_orphaned_alloca
         run(pool.settled());
         let stats = within_the_cap(&pool, cap, what);
         assert_eq!(
-            (stats.allocated, stats.awaiting_blocks, stats.allocating, stats.waiters),
+            (
+                stats.allocated,
+                stats.awaiting_blocks,
+                stats.allocating,
+                stats.waiters
+            ),
             (0, 0, 0, 0),
             "{what}: {stats:?}"
         );
@@ -401,14 +417,28 @@ fn a_pools_allocating_room_is_given_back_by_cancelled_failed_and_orphaned_alloca
         assert!(err.is_out_of_memory(), "{what}: {err}");
         let after = pool.stats().cache;
         assert_eq!(
-            (after.allocated, after.reserved, after.allocating, after.waiters),
-            (before.allocated, before.reserved, before.allocating, before.waiters),
+            (
+                after.allocated,
+                after.reserved,
+                after.allocating,
+                after.waiters
+            ),
+            (
+                before.allocated,
+                before.reserved,
+                before.allocating,
+                before.waiters
+            ),
             "{what}"
         );
         drop(run(pool.alloc::<u8>(&s, BLOCK)).unwrap());
         run(pool.settled());
         let stats = within_the_cap(&pool, cap, &what);
-        assert_eq!((stats.allocating, stats.allocated), (0, 0), "{what}: {stats:?}");
+        assert_eq!(
+            (stats.allocating, stats.allocated),
+            (0, 0),
+            "{what}: {stats:?}"
+        );
     }
     {
         // On device 1, where no pool of this test frees blocks on a release stream of its own
@@ -455,8 +485,12 @@ fn cross_device_copies_keep_their_access_while_guards_are_dropped_elsewhere() {
     let start = Arc::new(Barrier::new(THREADS));
     let copiers: Vec<_> = (0..THREADS)
         .map(|t| {
-            let (ctx, peer_ctx, start, to_drop) =
-                (ctx.clone(), peer_ctx.clone(), start.clone(), to_drop.clone());
+            let (ctx, peer_ctx, start, to_drop) = (
+                ctx.clone(),
+                peer_ctx.clone(),
+                start.clone(),
+                to_drop.clone(),
+            );
             let (d0, d1) = (d0.clone(), d1.clone());
             std::thread::spawn(move || {
                 let s = Stream::new(&ctx).unwrap();
@@ -465,8 +499,7 @@ fn cross_device_copies_keep_their_access_while_guards_are_dropped_elsewhere() {
                 for round in 0..ROUNDS {
                     let what = format!("thread {t} round {round}");
                     let pattern = (t * ROUNDS + round) as u8;
-                    let src =
-                        DeviceBuffer::from_host_blocking(&peer_ctx, &[pattern; 256]).unwrap();
+                    let src = DeviceBuffer::from_host_blocking(&peer_ctx, &[pattern; 256]).unwrap();
                     let access = d0.enable_peer_access(&d1).unwrap();
                     assert_eq!(access.device(), &d0, "{what}");
                     #[allow(deprecated)]
@@ -533,3 +566,96 @@ fn a_cross_device_copy_whose_peer_is_lost_resolves_and_lets_its_access_go() {
     a_memset_writes(&near, &s, 9, "device 2 after its peer's loss");
 }
 
+/// A waker that, woken, forks once; the child checks `check`, and the waker sends the child's
+/// outcome (and the name of the thread it was woken on).
+struct ForksWhenWoken {
+    check: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    told: Mutex<Option<std::sync::mpsc::Sender<(String, bool, i32)>>>,
+}
+
+impl std::task::Wake for ForksWhenWoken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let (Some(check), Some(told)) = (
+            self.check.lock().unwrap().take(),
+            self.told.lock().unwrap().take(),
+        ) else {
+            return;
+        };
+        let thread = std::thread::current().name().unwrap_or("").to_owned();
+        let (ok, status) = fork_and_check(check);
+        let _ = told.send((thread, ok, status));
+    }
+}
+
+/// Promise: a forked child gets `Error::Forked` or works (rule 8), whichever thread it was
+/// forked from, and every blocking wait says so alike: a child forked from a waker that the
+/// completing thread wakes (the reactor, a callback worker, a blocking waiter's thread: every
+/// strategy), waiting for an operation made before the fork and pending there (a wait on a
+/// notify), with `Completion::wait_blocking`, a `BlockingWaiter`'s bounded wait and a look,
+/// and `wait_for_teardowns`.
+///
+/// Outcome: **broke**: the bounded wait was refused with `InvalidArgument` (argument
+/// `thread`: the child's one thread was the parent's completing thread) where
+/// `wait_blocking` and `wait_for_teardowns` said `Error::Forked`, because it asked about the
+/// thread before the fork. Fixed: every wait is `Error::Forked` there, the look too.
+#[test]
+fn every_wait_in_a_child_forked_from_a_waker_is_refused_as_forked() {
+    in_child_test("child", CHILD_ENV, "fork in a waker");
+}
+
+/// The child process's case of
+/// [`every_wait_in_a_child_forked_from_a_waker_is_refused_as_forked`].
+fn waits_in_a_child_forked_from_a_waker() {
+    let (_guard, ctx) = devices();
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let s = stream(&ctx, strategy);
+        let (setting, notify, pending, _) = a_pending_and_a_complete_operation(&ctx);
+        let done = pending.completion().clone();
+        let check = Box::new(move || {
+            let waiter = done.blocking_waiter();
+            assert_forked(
+                &waiter
+                    .wait_for(HANG)
+                    .expect("refused, not timed out")
+                    .unwrap_err(),
+            );
+            assert_forked(
+                &waiter
+                    .wait_for(std::time::Duration::ZERO)
+                    .expect("refused, not looked at")
+                    .unwrap_err(),
+            );
+            assert_forked(&done.wait_blocking().unwrap_err());
+            assert_forked(&npu::runtime::wait_for_teardowns(HANG).unwrap_err());
+        });
+        let (told, heard) = std::sync::mpsc::channel();
+        let waker = std::task::Waker::from(Arc::new(ForksWhenWoken {
+            check: Mutex::new(Some(check)),
+            told: Mutex::new(Some(told)),
+        }));
+        let held = sim::hold(&ctx.device()).unwrap();
+        let mut memset = s.memset(dev(&ctx, 64), 3);
+        assert!(
+            polled_with(Pin::new(&mut memset), &waker).is_pending(),
+            "{what}: held"
+        );
+        drop(waker);
+        held.release().unwrap();
+        let (thread, ok, status) = heard
+            .recv_timeout(HANG)
+            .unwrap_or_else(|_| panic!("{what}: the waker was not woken, or hung"));
+        assert!(thread.starts_with("npu-"), "{what}: woken on {thread:?}");
+        assert!(
+            ok,
+            "{what}: the child forked on {thread} failed (status {status})"
+        );
+        run(memset).unwrap();
+        run(setting.record_notify(&notify)).unwrap();
+        run(pending).unwrap();
+    }
+}

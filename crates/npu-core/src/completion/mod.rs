@@ -485,6 +485,14 @@ impl Completion {
         self.state.generation != crate::fork::generation()
     }
 
+    /// Whether a blocking wait for the operation would block: it is pending here. Not once it
+    /// completed or was abandoned (the wait answers at once), nor in a forked child for an
+    /// operation of the parent (`Error::Forked` at once): those answers are the same on every
+    /// thread, so a thread that may not block is not refused them.
+    fn would_block(&self) -> bool {
+        !self.is_complete() && !self.state.is_abandoned() && !self.orphaned_by_fork()
+    }
+
     /// The refusal of a blocking wait for this operation, pending, by `api` (the wait the
     /// caller called) on a thread that must not block on npu-rs's work: one of npu-rs's own
     /// threads, which may be the one that completes the operation (a waker woken on the
@@ -734,7 +742,7 @@ impl BlockingWaiter {
         const API: &str = "BlockingWaiter::wait_for";
         // A look without a wait blocks nothing: allowed on every thread.
         if !timeout.is_zero()
-            && !self.completion.is_complete()
+            && self.completion.would_block()
             && let Some(refused) = Completion::refused_on_this_thread(API)
         {
             return Some(Err(refused));
@@ -765,13 +773,13 @@ impl BlockingWaiter {
     /// is an error of `api`, and so is a wait for a pending one refused on this thread
     /// ([`Completion::refused_on_this_thread`]).
     fn wait(&self, api: &'static str) -> Result<()> {
-        if !self.completion.is_complete() {
-            if self.completion.orphaned_by_fork() {
-                return Err(crate::fork::error(api));
-            }
-            if let Some(refused) = Completion::refused_on_this_thread(api) {
-                return Err(refused);
-            }
+        if !self.completion.is_complete() && self.completion.orphaned_by_fork() {
+            return Err(crate::fork::error(api));
+        }
+        if self.completion.would_block()
+            && let Some(refused) = Completion::refused_on_this_thread(api)
+        {
+            return Err(refused);
         }
         self.woken.wait_on(&self.completion.state, None);
         self.completion.settled(api)
@@ -940,6 +948,42 @@ mod tests {
         assert!(looked.is_none(), "still pending");
         assert!(complete.is_ok());
         second.complete(Ok(()));
+    }
+
+    /// The refusal's other side: a wait that would not block is answered on the reaper as
+    /// anywhere. An abandoned operation's waits, with and without a bound, say that it was
+    /// abandoned (argument `self`), as they do on a thread of the program's.
+    ///
+    /// The break: both were refused as waits on the reaper (argument `thread`), which they
+    /// never were: an abandoned operation's wait returns at once.
+    #[test]
+    fn an_abandoned_operations_waits_are_answered_on_the_reaper() {
+        let (first, first_done) = pending();
+        let (abandoned, abandoned_done) = pending();
+        drop(abandoned);
+        let (tx, rx) = std::sync::mpsc::channel();
+        // SAFETY: test only: the waits return at once (the operation was abandoned).
+        unsafe {
+            first_done.defer(move || {
+                let waiter = abandoned_done.blocking_waiter();
+                tx.send((
+                    abandoned_done.wait_blocking(),
+                    waiter.wait_for(std::time::Duration::MAX),
+                ))
+                .unwrap()
+            })
+        };
+        first.complete(Ok(()));
+        let (unbounded, bounded) = rx.recv().unwrap();
+        for (err, api) in [
+            (unbounded.unwrap_err(), "Completion::wait_blocking"),
+            (bounded.unwrap().unwrap_err(), "BlockingWaiter::wait_for"),
+        ] {
+            assert!(
+                matches!(err, Error::InvalidArgument { api: a, argument: "self", .. } if a == api),
+                "{err:?}"
+            );
+        }
     }
 
     #[test]
