@@ -20,8 +20,10 @@ use std::pin::Pin;
 use std::sync::{Arc, Barrier, Mutex};
 
 use common::*;
+use npu::error::AclCode;
 use npu::memory::{DevicePool, DevicePoolBackend};
 use npu::prelude::*;
+use npu::stream::FailureMode;
 use npu::{Completion, Error, Stream, sim};
 
 /// The memory of each of the file's four simulated devices.
@@ -52,6 +54,7 @@ fn child() {
     match case.as_str() {
         "pool wakers" => blocking_waits_in_a_pools_wakers_on_the_reaper(),
         "fork in a waker" => waits_in_a_child_forked_from_a_waker(),
+        "fork under a lock" => a_child_forked_from_a_subscriber_under_a_submission_lock(),
         other => panic!("no child case {other}"),
     }
     println!("CHILD OK");
@@ -657,5 +660,119 @@ fn waits_in_a_child_forked_from_a_waker() {
         run(memset).unwrap();
         run(setting.record_notify(&notify)).unwrap();
         run(pending).unwrap();
+    }
+}
+
+/// What [`ForksInItsCallback`] checks in the child it forks, and where it sends the outcome;
+/// armed while set, taken by the first callback of the simulator's events.
+type ForkCheck = (
+    Box<dyn FnOnce() + Send>,
+    std::sync::mpsc::Sender<(bool, i32)>,
+);
+
+static FORK_IN_CALLBACK: Mutex<Option<ForkCheck>> = Mutex::new(None);
+
+/// A tracing layer whose callback, once armed, forks from the simulator's next event.
+struct ForksInItsCallback;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ForksInItsCallback {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let target = event.metadata().target();
+        if !["ascendcl", "npu_sim"]
+            .iter()
+            .any(|t| target.starts_with(t))
+        {
+            return;
+        }
+        let Some((check, told)) = FORK_IN_CALLBACK.lock().unwrap().take() else {
+            return;
+        };
+        let _ = told.send(fork_and_check(check));
+    }
+}
+
+/// Promise: a forked child gets `Error::Forked` or works, never hangs (rule 8), when it was
+/// forked from a tracing subscriber's callback under a stream's submission lock (the
+/// simulator's report of a memset refused on a stopped stream, every strategy): the child's
+/// one thread holds that lock. In the child: both blocking waits and a look for an operation
+/// made before the fork (pending), `wait_for_teardowns`, a flush of the reaper, a memset on
+/// the stream whose lock the thread holds and on another stream, `abort` and `synchronize`
+/// of that stream, a new stream, then every handle dropped.
+///
+/// Outcome: **broke** before the fix of
+/// [`every_wait_in_a_child_forked_from_a_waker_is_refused_as_forked`]: the bounded wait said
+/// `InvalidArgument` (argument `thread`: the child's thread held the lock in the parent).
+/// Every call is now `Error::Forked` at once; the flush and the drops return.
+#[test]
+fn every_call_in_a_child_forked_under_a_submission_lock_is_refused_as_forked() {
+    in_child_test("child", CHILD_ENV, "fork under a lock");
+}
+
+/// The child process's case of
+/// [`every_call_in_a_child_forked_under_a_submission_lock_is_refused_as_forked`].
+fn a_child_forked_from_a_subscriber_under_a_submission_lock() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let (_guard, ctx) = devices();
+    see_every_callsite();
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        // A context of its own: the stop stops the whole context.
+        let own = ctx.device().create_context().unwrap();
+        let stopped = Arc::new(stream(&own, strategy));
+        stopped.set_failure_mode(FailureMode::Stop).unwrap();
+        sim::fail_task(&stopped, 1, AclCode::AICORE_EXCEPTION).unwrap();
+        assert!(
+            run(stopped.memset(dev(&own, 16), 1)).is_err(),
+            "{what}: stopped"
+        );
+        let other = Arc::new(stream(&ctx, strategy));
+        let (setting, notify, pending, _) = a_pending_and_a_complete_operation(&ctx);
+        let done = pending.completion().clone();
+        let (child_ctx, child_stopped, child_other) = (ctx.clone(), stopped.clone(), other.clone());
+        let check = Box::new(move || {
+            let waiter = done.blocking_waiter();
+            assert_forked(
+                &waiter
+                    .wait_for(HANG)
+                    .expect("refused, not timed out")
+                    .unwrap_err(),
+            );
+            assert_forked(
+                &waiter
+                    .wait_for(std::time::Duration::ZERO)
+                    .expect("refused, not looked at")
+                    .unwrap_err(),
+            );
+            assert_forked(&done.wait_blocking().unwrap_err());
+            assert_forked(&npu::runtime::wait_for_teardowns(HANG).unwrap_err());
+            sim::flush_releases();
+            let spare = DeviceBuffer::<u8>::new(&child_ctx, 16);
+            if let Ok(spare) = spare {
+                assert_forked(&run(child_stopped.memset(spare, 3)).unwrap_err().error);
+            }
+            if let Ok(spare) = DeviceBuffer::<u8>::new(&child_ctx, 16) {
+                assert_forked(&run(child_other.memset(spare, 3)).unwrap_err().error);
+            }
+            assert_forked(&run(child_stopped.abort()).unwrap_err());
+            assert_forked(&run(child_stopped.synchronize()).unwrap_err().error);
+            assert_forked(&Stream::new(&child_ctx).unwrap_err());
+            drop((done, waiter, child_stopped, child_other, child_ctx));
+        });
+        let (told, heard) = std::sync::mpsc::channel();
+        *FORK_IN_CALLBACK.lock().unwrap() = Some((check, told));
+        let subscriber = tracing_subscriber::registry().with(ForksInItsCallback);
+        // Made before the subscriber: the first of the simulator's events it hears is the
+        // memset's refusal, under the submission lock.
+        let spare = dev(&own, 16);
+        let refused =
+            tracing::subscriber::with_default(subscriber, || run(stopped.memset(spare, 2)));
+        assert!(refused.is_err(), "{what}: the stopped stream ran a memset");
+        let (ok, status) = heard
+            .try_recv()
+            .unwrap_or_else(|_| panic!("{what}: no callback under the lock"));
+        assert!(ok, "{what}: the child failed (status {status})");
+        run(setting.record_notify(&notify)).unwrap();
+        run(pending).unwrap();
+        a_memset_writes(&ctx, &other, 4, &what);
     }
 }
