@@ -333,7 +333,11 @@ impl Context {
     /// It may be called inside a Tokio runtime (it never waits on the runtime, so it cannot
     /// deadlock it), but it holds a worker meanwhile: in async code, await a stream's
     /// `synchronize()` from npu-stream instead (docs/architecture.md, "Blocking calls inside
-    /// a Tokio runtime").
+    /// a Tokio runtime"). As `Completion::wait_blocking`, it is refused with
+    /// [`Error::InvalidArgument`] (argument `thread`) on npu-rs's own threads and under its
+    /// locks (a waker, a completion's release, a tracing subscriber's callback from inside an
+    /// ACL call npu-rs makes under one of its locks), where the thread may be the one that would
+    /// let the work finish; in a forked child it is [`Error::Forked`].
     ///
     /// ```
     /// use npu_core::{AclCode, Device};
@@ -354,6 +358,14 @@ impl Context {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn synchronize_blocking(&self) -> Result<()> {
+        const API: &str = "Context::synchronize_blocking";
+        // Before the thread's refusal, as every wait answers a forked child: a child forked
+        // from a waker or a subscriber's callback is on a thread that served npu-rs in the
+        // parent, and is told it was forked.
+        crate::fork::refuse(crate::SEAL, API)?;
+        if let Some(refused) = crate::teardown::refused_wait(API) {
+            return Err(refused);
+        }
         self.bind()?;
         // SAFETY: no arguments; the context is bound on this thread.
         unsafe { crate::acl_call!(self.runtime(), aclrtSynchronizeDevice()) }

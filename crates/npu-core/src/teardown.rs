@@ -88,6 +88,29 @@ pub(crate) fn serving_npu_rs() -> bool {
         || crate::contain::holds_a_lock()
 }
 
+/// The refusal of a blocking wait for device work by `api` (the wait the caller called: an
+/// operation's, pending, or a context's synchronisation) on a thread that serves npu-rs's work
+/// ([`serving_npu_rs`]): one of npu-rs's own threads, which may be the one that completes
+/// the work (a waker woken on the reactor waiting for the reactor's next completion), or one
+/// that holds a lock of npu-rs's that the work's completion may need (an abort's thread ends
+/// the work it discarded under the stream's submission lock), and that the reaper and
+/// npu-rs's other threads may need meanwhile, held for as long as the wait. `None` where the
+/// wait may be made.
+pub(crate) fn refused_wait(api: &'static str) -> Option<Error> {
+    serving_npu_rs().then(|| {
+        Error::invalid(
+            api,
+            "thread",
+            "is one of npu-rs's own threads (the reactor, the reaper, a callback worker, the \
+             sentinel, the overseer, a completing operation's), which may be the one that \
+             completes the work waited for, or holds a lock of npu-rs's that its completion may \
+             take (called back from inside an ACL call): the wait would never end; wait from a \
+             thread of the program's own, or await the work (`Completion::wait`, a stream's \
+             `synchronize()`)",
+        )
+    })
+}
+
 /// Whether this thread may wait for teardowns: not one that serves npu-rs's work
 /// ([`serving_npu_rs`]; a completing step's hold, once raised, would keep it waiting for
 /// itself), nor a teardown thread (which would wait for itself), nor one holding a library's

@@ -55,6 +55,7 @@ fn child() {
         "pool wakers" => blocking_waits_in_a_pools_wakers_on_the_reaper(),
         "fork in a waker" => waits_in_a_child_forked_from_a_waker(),
         "fork under a lock" => a_child_forked_from_a_subscriber_under_a_submission_lock(),
+        "synchronize in a waker" => a_context_synchronized_in_a_waker(),
         other => panic!("no child case {other}"),
     }
     println!("CHILD OK");
@@ -619,7 +620,9 @@ fn waits_in_a_child_forked_from_a_waker() {
         let s = stream(&ctx, strategy);
         let (setting, notify, pending, _) = a_pending_and_a_complete_operation(&ctx);
         let done = pending.completion().clone();
+        let child_ctx = ctx.clone();
         let check = Box::new(move || {
+            assert_forked(&child_ctx.synchronize_blocking().unwrap_err());
             let waiter = done.blocking_waiter();
             assert_forked(
                 &waiter
@@ -730,6 +733,7 @@ fn a_child_forked_from_a_subscriber_under_a_submission_lock() {
         let done = pending.completion().clone();
         let (child_ctx, child_stopped, child_other) = (ctx.clone(), stopped.clone(), other.clone());
         let check = Box::new(move || {
+            assert_forked(&child_ctx.synchronize_blocking().unwrap_err());
             let waiter = done.blocking_waiter();
             assert_forked(
                 &waiter
@@ -774,5 +778,87 @@ fn a_child_forked_from_a_subscriber_under_a_submission_lock() {
         run(setting.record_notify(&notify)).unwrap();
         run(pending).unwrap();
         a_memset_writes(&ctx, &other, 4, &what);
+    }
+}
+
+/// A waker that, woken, synchronises its context (`Context::synchronize_blocking`) once and
+/// sends the thread it ran on and the answer.
+struct SynchronizesWhenWoken {
+    context: Context,
+    told: Mutex<Option<std::sync::mpsc::Sender<(String, Result<(), Error>)>>>,
+}
+
+impl std::task::Wake for SynchronizesWhenWoken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let Some(told) = self.told.lock().unwrap().take() else {
+            return;
+        };
+        let thread = std::thread::current().name().unwrap_or("").to_owned();
+        let _ = told.send((thread, self.context.synchronize_blocking()));
+    }
+}
+
+/// Promise: no npu-rs thread waits on device work, and a blocking wait called back from code
+/// npu-rs runs on its own threads is refused, not made (rules 5 and 6), for the context's
+/// blocking synchronisation (`Context::synchronize_blocking`, `aclrtSynchronizeDevice`: a wait
+/// for every stream of the context) as for an operation's: called from a waker that the
+/// completing thread wakes (the reactor, a callback worker, a blocking waiter's thread: every
+/// strategy) while another stream of the context waits on a notify that the program sets
+/// once it has heard from the waker.
+///
+/// Outcome: **broke**: the waker's synchronisation waited on the completing thread for the
+/// device to finish work the program would only let finish after the waker returned (the
+/// child process hung; every operation that thread serves waited too). Fixed: refused there
+/// at once with `InvalidArgument` naming `Context::synchronize_blocking` and `thread`, as
+/// `Completion::wait_blocking` is; the notify's wait completes once set, and the context's
+/// synchronisation from the program's own thread returns `Ok` afterwards.
+#[test]
+fn a_context_synchronized_in_a_waker_on_the_completing_thread_is_refused_not_hung() {
+    in_child_test("child", CHILD_ENV, "synchronize in a waker");
+}
+
+/// The child process's case of
+/// [`a_context_synchronized_in_a_waker_on_the_completing_thread_is_refused_not_hung`].
+fn a_context_synchronized_in_a_waker() {
+    let (_guard, ctx) = devices();
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let s = stream(&ctx, strategy);
+        let (setting, notify, pending, _) = a_pending_and_a_complete_operation(&ctx);
+        let (told, heard) = std::sync::mpsc::channel();
+        let waker = std::task::Waker::from(Arc::new(SynchronizesWhenWoken {
+            context: ctx.clone(),
+            told: Mutex::new(Some(told)),
+        }));
+        let held = sim::hold(&ctx.device()).unwrap();
+        let mut memset = s.memset(dev(&ctx, 64), 5);
+        assert!(
+            polled_with(Pin::new(&mut memset), &waker).is_pending(),
+            "{what}: held"
+        );
+        drop(waker);
+        held.release().unwrap();
+        let (thread, answer) = heard
+            .recv_timeout(HANG)
+            .unwrap_or_else(|_| panic!("{what}: the waker was not woken, or its wait hung"));
+        assert!(thread.starts_with("npu-"), "{what}: woken on {thread:?}");
+        let err = answer.expect_err("the synchronisation was made on npu-rs's thread");
+        assert_eq!(
+            invalid(&err),
+            ("Context::synchronize_blocking", "thread"),
+            "{what}, on {thread}"
+        );
+        run(setting.record_notify(&notify)).unwrap();
+        run(pending).unwrap();
+        assert_eq!(
+            run(memset).unwrap().to_vec_blocking().unwrap(),
+            [5; 64],
+            "{what}"
+        );
+        ctx.synchronize_blocking().unwrap();
     }
 }

@@ -493,27 +493,6 @@ impl Completion {
         !self.is_complete() && !self.state.is_abandoned() && !self.orphaned_by_fork()
     }
 
-    /// The refusal of a blocking wait for this operation, pending, by `api` (the wait the
-    /// caller called) on a thread that must not block on npu-rs's work: one of npu-rs's own
-    /// threads, which may be the one that completes the operation (a waker woken on the
-    /// reactor waiting for the reactor's next completion), or one that holds a lock of npu-rs's
-    /// that the operation's completion may need (an abort's thread ends the work it discarded
-    /// under the stream's submission lock), and that the reaper and npu-rs's other threads
-    /// may need meanwhile, held for as long as the wait. `None` where the wait may be made.
-    fn refused_on_this_thread(api: &'static str) -> Option<Error> {
-        crate::teardown::serving_npu_rs().then(|| {
-            Error::invalid(
-                api,
-                "thread",
-                "is one of npu-rs's own threads (the reactor, the reaper, a callback worker, \
-                 the sentinel, the overseer, a completing operation's), which may be the one \
-                 that completes the operation, or holds a lock of npu-rs's that its completion \
-                 may take (called back from inside an ACL call): the wait would never end; \
-                 wait from a thread of the program's own, or await `Completion::wait`",
-            )
-        })
-    }
-
     fn settled(&self, api: &'static str) -> Result<()> {
         self.result().unwrap_or_else(|| {
             Err(Error::invalid(
@@ -743,7 +722,7 @@ impl BlockingWaiter {
         // A look without a wait blocks nothing: allowed on every thread.
         if !timeout.is_zero()
             && self.completion.would_block()
-            && let Some(refused) = Completion::refused_on_this_thread(API)
+            && let Some(refused) = crate::teardown::refused_wait(API)
         {
             return Some(Err(refused));
         }
@@ -771,13 +750,13 @@ impl BlockingWaiter {
 
     /// Blocks until the operation completes, and returns its result; an abandoned operation
     /// is an error of `api`, and so is a wait for a pending one refused on this thread
-    /// ([`Completion::refused_on_this_thread`]).
+    /// ([`crate::teardown::refused_wait`]).
     fn wait(&self, api: &'static str) -> Result<()> {
         if !self.completion.is_complete() && self.completion.orphaned_by_fork() {
             return Err(crate::fork::error(api));
         }
         if self.completion.would_block()
-            && let Some(refused) = Completion::refused_on_this_thread(api)
+            && let Some(refused) = crate::teardown::refused_wait(api)
         {
             return Err(refused);
         }
