@@ -56,6 +56,7 @@ fn child() {
         "fork in a waker" => waits_in_a_child_forked_from_a_waker(),
         "fork under a lock" => a_child_forked_from_a_subscriber_under_a_submission_lock(),
         "synchronize in a waker" => a_context_synchronized_in_a_waker(),
+        "flush in a waker" => a_flush_in_a_waker_on_the_completing_thread(),
         other => panic!("no child case {other}"),
     }
     println!("CHILD OK");
@@ -860,5 +861,93 @@ fn a_context_synchronized_in_a_waker() {
             "{what}"
         );
         ctx.synchronize_blocking().unwrap();
+    }
+}
+
+/// A waker that, woken, flushes the reaper (`npu::sim::flush_releases`) once and sends the
+/// thread it ran on.
+struct FlushesWhenWoken(Mutex<Option<std::sync::mpsc::Sender<String>>>);
+
+impl std::task::Wake for FlushesWhenWoken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let Some(told) = self.0.lock().unwrap().take() else {
+            return;
+        };
+        sim::flush_releases();
+        let _ = told.send(std::thread::current().name().unwrap_or("").to_owned());
+    }
+}
+
+/// Promise: no npu-rs wait called back from code npu-rs runs on its own threads waits for
+/// work that waits for that thread (rules 5 and 6), for a flush of the reaper
+/// (`npu::sim::flush_releases`) from a waker that the completing thread wakes (every
+/// strategy), with releases queued on the reaper before it that take the locks npu-rs's
+/// threads take: on the held device, behind the woken memset, memsets on a second stream of
+/// the same strategy whose futures were dropped (their buffers' releases) and that stream
+/// itself dropped (its release), a block of a bounded device pool whose memset's future was
+/// dropped while a request waits for room (its return serves the request under the pool's
+/// drain lock), and a cross-device copy's peer-access guard.
+///
+/// Outcome: held. Each flush returns on the completing thread once the releases queued before
+/// it have run; the queued pool request gets its block, the copy lands, and peer access is
+/// disabled once every guard is gone.
+#[test]
+fn a_flush_in_a_waker_on_the_completing_thread_runs_the_releases_queued_before_it() {
+    in_child_test("child", CHILD_ENV, "flush in a waker");
+}
+
+/// The child process's case of
+/// [`a_flush_in_a_waker_on_the_completing_thread_runs_the_releases_queued_before_it`].
+fn a_flush_in_a_waker_on_the_completing_thread() {
+    let (_guard, ctx) = devices();
+    let (d0, d1) = (ctx.device(), Device::open(1).unwrap());
+    let class = DevicePool::size_class(BLOCK).unwrap();
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let (s, second) = (stream(&ctx, strategy), stream(&ctx, strategy));
+        let pool = device_pool(&ctx, DevicePoolBackend::Caching, Some(class));
+        let block = run(pool.alloc::<u8>(&s, BLOCK)).unwrap();
+        let src = DeviceBuffer::from_host_blocking(d1.primary_context(), &[7u8; 64]).unwrap();
+        let access = d0.enable_peer_access(&d1).unwrap();
+        let (told, heard) = std::sync::mpsc::channel();
+        let waker = std::task::Waker::from(Arc::new(FlushesWhenWoken(Mutex::new(Some(told)))));
+        let held = sim::hold(&d0).unwrap();
+        for value in 0..4 {
+            let mut memset = second.memset(dev(&ctx, 64), value);
+            assert!(polled_once(Pin::new(&mut memset)).is_pending(), "{what}");
+        }
+        drop(second);
+        let mut pooled = s.memset(block, 1);
+        assert!(polled_once(Pin::new(&mut pooled)).is_pending(), "{what}");
+        drop(pooled);
+        let mut copy = s.copy_d2d(src, dev(&ctx, 64));
+        assert!(polled_once(Pin::new(&mut copy)).is_pending(), "{what}");
+        drop(access);
+        let mut woken = s.memset(dev(&ctx, 64), 2);
+        assert!(
+            polled_with(Pin::new(&mut woken), &waker).is_pending(),
+            "{what}"
+        );
+        drop(waker);
+        let mut queued = Box::pin(pool.alloc::<u8>(&s, BLOCK));
+        assert!(polled_once(queued.as_mut()).is_pending(), "{what}");
+        assert_eq!(pool.stats().cache.waiters, 1, "{what}: queued");
+        held.release().unwrap();
+        let thread = heard
+            .recv_timeout(HANG)
+            .unwrap_or_else(|_| panic!("{what}: the waker was not woken, or its flush hung"));
+        assert!(thread.starts_with("npu-"), "{what}: woken on {thread:?}");
+        drop(run(queued).unwrap());
+        assert_eq!(
+            run(copy).unwrap().1.to_vec_blocking().unwrap(),
+            [7; 64],
+            "{what}"
+        );
+        run(woken).unwrap();
+        until_released(&what, || d0.peer_access_to(&d1).is_none());
     }
 }
