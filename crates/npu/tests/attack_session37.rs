@@ -951,3 +951,74 @@ fn a_flush_in_a_waker_on_the_completing_thread() {
         until_released(&what, || d0.peer_access_to(&d1).is_none());
     }
 }
+
+/// Promise: a failed allocation gives back the room it was granted and leaves a bounded
+/// pool's queue served (rules 2 and 3; `PoolStats::allocating`), while host allocation
+/// faults (`npu::sim::fail_next_host_alloc`) armed by the racing threads themselves fail
+/// whichever allocation comes next: a pinned pool of 12 KiB, four threads each allocating
+/// (awaited, so requests queue for room) and dropping a block of 4 or 8 KiB (so the pool
+/// evicts and allocates anew) 40 times, arming a fault every third round.
+///
+/// Outcome: held. Every request resolves, with a block or the armed code (at least one
+/// failure, never more than the faults armed); no thread is left waiting; afterwards the pool
+/// holds nothing allocated, allocating or waiting, `reserved` within the capacity, and it
+/// serves a request.
+#[test]
+fn pinned_allocations_failed_by_racing_host_faults_give_their_room_back() {
+    use npu::error::AclCode;
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 40;
+    const CODE: AclCode = AclCode(207001);
+    let (_guard, ctx) = devices();
+    let cap = 3 * 4096;
+    let pool = npu::PinnedPool::builder(&ctx)
+        .capacity(cap)
+        .build()
+        .unwrap();
+    let start = Arc::new(Barrier::new(THREADS));
+    let allocators: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (pool, start) = (pool.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let (mut armed, mut failed) = (0, 0);
+                for round in 0..ROUNDS {
+                    if round % 3 == t % 3 {
+                        sim::fail_next_host_alloc(CODE).unwrap();
+                        armed += 1;
+                    }
+                    match run(pool.alloc::<u8>((t % 2 + 1) * 4096)) {
+                        Ok(block) => drop(block),
+                        Err(err) => {
+                            assert_eq!(err.acl_code(), Some(CODE), "thread {t} round {round}");
+                            failed += 1;
+                        }
+                    }
+                    let stats = pool.stats();
+                    assert!(stats.reserved + stats.allocating <= cap, "{stats:?}");
+                }
+                (armed, failed)
+            })
+        })
+        .collect();
+    let (armed, failed) = allocators
+        .into_iter()
+        .map(|a| a.join().unwrap())
+        .fold((0, 0), |(a, f), (armed, failed)| (a + armed, f + failed));
+    assert!(
+        (1..=armed).contains(&failed),
+        "{failed} failures of {armed} faults"
+    );
+    // A fault still armed fails the next pinned allocation only.
+    if PinnedBuffer::<u8>::new(&ctx, 64).is_err() {
+        PinnedBuffer::<u8>::new(&ctx, 64).unwrap();
+    }
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.allocated, stats.allocating, stats.waiters),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+    assert!(stats.reserved <= cap, "{stats:?}");
+    drop(run(pool.alloc::<u8>(4096)).unwrap());
+}
