@@ -1022,3 +1022,65 @@ fn pinned_allocations_failed_by_racing_host_faults_give_their_room_back() {
     assert!(stats.reserved <= cap, "{stats:?}");
     drop(run(pool.alloc::<u8>(4096)).unwrap());
 }
+
+/// Promise: Tokio runtime shutdown with work in flight is safe and loses nothing (rules 2
+/// and 4), for a request queued for room in a bounded device pool (both backends) by a task
+/// of a runtime dropped while the block it waits for comes back: each of 20 rounds, a block
+/// used by a memset on the held device (its future dropped), a current-thread runtime whose
+/// task awaits a second request (queued), then the device released on another thread while
+/// this one drops the runtime, racing the block's return on the reaper (which may serve the
+/// request) against the task's drop.
+///
+/// Outcome: held. The queue is empty after each round (`waiters` 0) and the pool settles with
+/// nothing allocated or allocating; a grant served to the dropped task comes back (the next
+/// request is served from the pool, the capacity never exceeded).
+#[test]
+fn a_pool_request_of_a_runtime_dropped_as_its_block_returns_loses_nothing() {
+    const ROUNDS: usize = 20;
+    let (_guard, ctx) = devices();
+    let class = DevicePool::size_class(BLOCK).unwrap();
+    for backend in [DevicePoolBackend::RuntimePool, DevicePoolBackend::Caching] {
+        let what = format!("{backend:?}");
+        let s = Stream::new(&ctx).unwrap();
+        let pool = device_pool(&ctx, backend, Some(class));
+        for round in 0..ROUNDS {
+            let what = format!("{what} round {round}");
+            let block = run(pool.alloc::<u8>(&s, BLOCK)).unwrap();
+            let held = sim::hold(&ctx.device()).unwrap();
+            let mut memset = s.memset(block, 1);
+            assert!(polled_once(Pin::new(&mut memset)).is_pending(), "{what}");
+            drop(memset);
+            let tokio = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let (theirs, stream) = (pool.clone(), s.clone());
+            let task = tokio.spawn(async move { theirs.alloc::<u8>(&stream, BLOCK).await });
+            tokio.block_on(async {
+                while pool.stats().cache.waiters == 0 {
+                    tokio::task::yield_now().await;
+                }
+            });
+            let start = Arc::new(Barrier::new(2));
+            let releasing = {
+                let start = start.clone();
+                std::thread::spawn(move || {
+                    start.wait();
+                    held.release().unwrap();
+                })
+            };
+            start.wait();
+            drop(tokio);
+            releasing.join().unwrap();
+            drop(task);
+            run(pool.settled());
+            let stats = within_the_cap(&pool, class, &what);
+            assert_eq!(
+                (stats.allocated, stats.allocating, stats.waiters),
+                (0, 0, 0),
+                "{what}: {stats:?}"
+            );
+        }
+        drop(run(pool.alloc::<u8>(&s, BLOCK)).unwrap());
+        assert!(pool.stats().cache.hits > 0, "{what}: served from the pool");
+    }
+}
