@@ -1,13 +1,13 @@
 //! Attacks of the thirty-seventh session through the `npu` facade, on the last session's new
-//! code first: blocking waits (`Completion::wait_blocking`, a `BlockingWaiter`'s bounded wait)
-//! and a flush of the reaper (`npu::sim::flush_releases`) from the wakers a pool's return path
-//! runs on the reaper (a queued request served by a block that comes back there, a task
-//! waiting for the pool to settle), and the same waits on threads of the program's own where
-//! they must still be made (a Tokio blocking thread, a subscriber's callback under no lock of
-//! npu-rs's); a device pool's `allocating` counter across allocations cancelled while the
-//! device holds them, failed ones, and a pool dropped under one; cross-device copies while
-//! their peer access's guards are dropped on other threads (`PeerAccess::device`), and while
-//! the peer device is lost.
+//! code first: blocking waits (`Completion::wait_blocking`, a `BlockingWaiter`'s bounded wait,
+//! and `Context::synchronize_blocking`) and a flush of the reaper (`npu::sim::flush_releases`)
+//! from the wakers a pool's return path runs on the reaper and from wakers on the completing
+//! threads, and the same waits on threads of the program's own where they must still be
+//! made; waits in children forked from a waker and from a subscriber's callback under a
+//! submission lock; a device pool's `allocating` room across cancelled, failed and orphaned
+//! allocations, pinned allocations failed by racing host faults, and a pool request of a
+//! Tokio runtime dropped as its block returns; cross-device copies while their peer access's
+//! guards are dropped on other threads (`PeerAccess::device`), and while the peer is lost.
 //!
 //! Each test names the promise it attacks and its outcome. The simulator's hold gate and its
 //! fault tables are shared by every test of this process, so every test takes the file's
@@ -117,7 +117,7 @@ struct WaitsWhenWoken {
 
 impl WaitsWhenWoken {
     /// A waker for `pending` and `complete`, and where what it hears arrives.
-    fn new(
+    fn waker(
         pending: &Completion,
         complete: &Completion,
     ) -> (std::task::Waker, std::sync::mpsc::Receiver<Heard>) {
@@ -208,7 +208,7 @@ fn blocking_waits_in_a_pools_wakers_on_the_reaper() {
         assert!(polled_once(Pin::new(&mut memset)).is_pending(), "{what}");
         drop(memset);
         let mut queued = Box::pin(pool.alloc::<u8>(&s, BLOCK));
-        let (waker, heard) = WaitsWhenWoken::new(pending.completion(), &done);
+        let (waker, heard) = WaitsWhenWoken::waker(pending.completion(), &done);
         assert!(polled_with(queued.as_mut(), &waker).is_pending(), "{what}");
         assert_eq!(pool.stats().cache.waiters, 1, "{what}: queued");
         drop(waker);
@@ -226,7 +226,7 @@ fn blocking_waits_in_a_pools_wakers_on_the_reaper() {
         assert!(polled_once(Pin::new(&mut memset)).is_pending(), "{what}");
         drop(memset);
         let mut settling = pool.settled();
-        let (waker, heard) = WaitsWhenWoken::new(pending.completion(), &done);
+        let (waker, heard) = WaitsWhenWoken::waker(pending.completion(), &done);
         assert!(
             polled_with(Pin::new(&mut settling), &waker).is_pending(),
             "{what}"
@@ -322,7 +322,7 @@ fn blocking_waits_on_the_programs_own_threads_are_made() {
 
         // From a waker the program wakes on a thread of its own.
         let (setting, notify, pending, complete) = a_pending_and_a_complete_operation(&ctx);
-        let (waker, refused) = WaitsWhenWoken::new(pending.completion(), &complete);
+        let (waker, refused) = WaitsWhenWoken::waker(pending.completion(), &complete);
         let done = pending.completion().clone();
         let waits = std::thread::spawn(move || {
             waker.wake_by_ref();
@@ -786,11 +786,14 @@ fn a_child_forked_from_a_subscriber_under_a_submission_lock() {
     }
 }
 
+/// The thread a waker ran on and what its wait answered.
+type Answered = (String, Result<(), Error>);
+
 /// A waker that, woken, synchronises its context (`Context::synchronize_blocking`) once and
 /// sends the thread it ran on and the answer.
 struct SynchronizesWhenWoken {
     context: Context,
-    told: Mutex<Option<std::sync::mpsc::Sender<(String, Result<(), Error>)>>>,
+    told: Mutex<Option<std::sync::mpsc::Sender<Answered>>>,
 }
 
 impl std::task::Wake for SynchronizesWhenWoken {
