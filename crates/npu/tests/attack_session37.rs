@@ -368,9 +368,10 @@ fn within_the_cap(pool: &DevicePool, cap: usize, what: &str) -> npu::PoolStats {
 /// the capacity with `reserved`; the queued request leaves the queue; once released the
 /// second request gets its block, the cancelled allocation's block goes back and
 /// `allocating` returns to 0; with every block dropped the pool settles with nothing
-/// allocated, awaiting, allocating or waiting; the failed request leaves the counters as
-/// they were; the dropped pool's held allocation is freed once the device runs it (the
-/// device's live allocations back at their baseline).
+/// allocated, awaiting, allocating or waiting; the failed request is out of memory and leaves
+/// the counters as they were, and the next one is served; the dropped pool's held allocation
+/// is freed once the device runs it, and the pool's own stream destroyed (the device's live
+/// allocations and streams back at their baseline).
 #[test]
 fn a_pools_allocating_room_is_given_back_by_cancelled_failed_and_orphaned_allocations() {
     let (_guard, ctx) = devices();
