@@ -361,8 +361,9 @@ impl Context {
         const API: &str = "Context::synchronize_blocking";
         // Before the thread's refusal, as every wait answers a forked child: a child forked
         // from a waker or a subscriber's callback is on a thread that served npu-rs in the
-        // parent, and is told it was forked.
-        crate::fork::refuse(crate::SEAL, API)?;
+        // parent, and is told it was forked (naming the ACL call, as the call's own refusal
+        // there always has).
+        crate::fork::refuse(crate::SEAL, "aclrtSynchronizeDevice")?;
         if let Some(refused) = crate::teardown::refused_wait(API) {
             return Err(refused);
         }
