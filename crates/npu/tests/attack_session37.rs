@@ -1092,3 +1092,52 @@ fn a_pool_request_of_a_runtime_dropped_as_its_block_returns_loses_nothing() {
         assert!(pool.stats().cache.hits > 0, "{what}: served from the pool");
     }
 }
+
+/// Promise: cancelling a pool's `reserve` loses nothing and leaves its counters consistent
+/// (rule 2; `PoolStats::allocating` counts a reserve's room too): on the runtime pool's
+/// stream-ordered allocations, a bounded pool of three blocks, a reserve of three polled once
+/// on the held device (its first allocation submitted) and dropped, a request made meanwhile,
+/// then the device released; afterwards, with the request's block dropped, a reserve of
+/// three awaited.
+///
+/// Outcome: held. The cancelled reserve's room is counted in `allocating` until the device
+/// runs its allocation, and `reserved + allocating` never exceeds the capacity; once released
+/// `allocating` returns to 0 and the request gets its block; once that block is dropped, the
+/// second reserve fills the pool to the capacity, all cached, nothing allocating.
+#[test]
+fn a_cancelled_reserve_gives_its_room_back() {
+    let (_guard, ctx) = devices();
+    let class = DevicePool::size_class(BLOCK).unwrap();
+    let cap = 3 * class;
+    let s = Stream::new(&ctx).unwrap();
+    let pool = device_pool(&ctx, DevicePoolBackend::RuntimePool, Some(cap));
+    let held = sim::hold(&ctx.device()).unwrap();
+    let mut reserve = Box::pin(pool.reserve(&s, 3, BLOCK));
+    assert!(polled_once(reserve.as_mut()).is_pending(), "held");
+    assert_eq!(within_the_cap(&pool, cap, "reserving").allocating, class);
+    drop(reserve);
+    within_the_cap(&pool, cap, "cancelled");
+    let mut request = Box::pin(pool.alloc::<u8>(&s, BLOCK));
+    let _ = polled_once(request.as_mut());
+    within_the_cap(&pool, cap, "a request beside it");
+    held.release().unwrap();
+    let block = run(request).unwrap();
+    until_released("the cancelled reserve", || {
+        pool.stats().cache.allocating == 0
+    });
+    within_the_cap(&pool, cap, "released");
+    drop(block);
+    run(pool.settled());
+    assert_eq!(run(pool.reserve(&s, 3, BLOCK)).unwrap(), 3 * class);
+    let stats = within_the_cap(&pool, cap, "reserved");
+    assert_eq!(
+        (
+            stats.cached,
+            stats.allocated,
+            stats.allocating,
+            stats.waiters
+        ),
+        (cap, 0, 0, 0),
+        "{stats:?}"
+    );
+}
