@@ -55,6 +55,7 @@ fn child() {
         "pool wakers" => blocking_waits_in_a_pools_wakers_on_the_reaper(),
         "fork in a waker" => waits_in_a_child_forked_from_a_waker(),
         "fork under a lock" => a_child_forked_from_a_subscriber_under_a_submission_lock(),
+        "fork under the runtime lock" => a_child_forked_from_a_subscriber_under_the_runtime_lock(),
         "synchronize in a waker" => a_context_synchronized_in_a_waker(),
         "flush in a waker" => a_flush_in_a_waker_on_the_completing_thread(),
         other => panic!("no child case {other}"),
@@ -1140,4 +1141,70 @@ fn a_cancelled_reserve_gives_its_room_back() {
         (cap, 0, 0, 0),
         "{stats:?}"
     );
+}
+
+/// Promise: a forked child gets `Error::Forked` or works, never hangs (rule 8), when it was
+/// forked from a tracing subscriber's callback under the runtime's device and peer-access
+/// lock (the simulator's report of `aclrtDeviceEnablePeerAccess` refused for a lost peer):
+/// the child's one thread holds that lock. In the child: opening a device, enabling peer
+/// access, looking it up, a new stream, a device and a pinned buffer, a device pool (of the
+/// default backend, and of the caching one, which makes no runtime call to be made, with an
+/// allocation on a stream made before the fork), the context's synchronisation,
+/// `wait_for_teardowns`, `Runtime::global` (made before the fork), then every handle dropped.
+///
+/// Outcome: **broke**: `DevicePool::new` returned a pool: its runtime pool refused as forked,
+/// it fell back to the caching backend (`backend_reason` "creating a runtime pool failed"),
+/// a pool whose every allocation is refused. Fixed: `Error::Forked`, as every call that
+/// reaches the runtime there is; a caching pool is still made (host state alone) and its
+/// allocation is `Error::Forked`. Every other call is `Error::Forked` at once (the look finds
+/// no access, the global runtime is the parent's), and the drops return.
+#[test]
+fn every_call_in_a_child_forked_under_the_runtime_lock_is_refused_as_forked() {
+    in_child_test("child", CHILD_ENV, "fork under the runtime lock");
+}
+
+/// The child process's case of
+/// [`every_call_in_a_child_forked_under_the_runtime_lock_is_refused_as_forked`]: device 3 is
+/// lost in this process alone.
+fn a_child_forked_from_a_subscriber_under_the_runtime_lock() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let (_guard, ctx) = devices();
+    see_every_callsite();
+    let (d0, d1, d3) = (
+        ctx.device(),
+        Device::open(1).unwrap(),
+        Device::open(3).unwrap(),
+    );
+    let global = npu::Runtime::global().unwrap();
+    sim::lose(&d3).unwrap();
+    let (child_ctx, child_d0, child_d1) = (ctx.clone(), d0.clone(), d1.clone());
+    let child_stream = Stream::new(&ctx).unwrap();
+    let check = Box::new(move || {
+        assert_forked(&Device::open(0).unwrap_err());
+        assert_forked(&child_d0.enable_peer_access(&child_d1).unwrap_err());
+        assert!(child_d0.peer_access_to(&child_d1).is_none());
+        assert_forked(&Stream::new(&child_ctx).unwrap_err());
+        assert_forked(&DeviceBuffer::<u8>::new(&child_ctx, 16).unwrap_err());
+        assert_forked(&PinnedBuffer::<u8>::new(&child_ctx, 16).unwrap_err());
+        assert_forked(&DevicePool::new(&child_ctx).unwrap_err());
+        // A pool of the backend that makes no runtime call to be made works; its allocations
+        // are refused.
+        let caching = device_pool(&child_ctx, DevicePoolBackend::Caching, None);
+        assert_forked(&run(caching.alloc::<u8>(&child_stream, 64)).unwrap_err());
+        drop((caching, child_stream));
+        assert_forked(&child_ctx.synchronize_blocking().unwrap_err());
+        assert_forked(&npu::runtime::wait_for_teardowns(HANG).unwrap_err());
+        assert!(npu::Runtime::global().unwrap().same_library(&global));
+        drop((child_ctx, child_d0, child_d1));
+    });
+    let (told, heard) = std::sync::mpsc::channel();
+    *FORK_IN_CALLBACK.lock().unwrap() = Some((check, told));
+    let subscriber = tracing_subscriber::registry().with(ForksInItsCallback);
+    let refused = tracing::subscriber::with_default(subscriber, || d0.enable_peer_access(&d3));
+    assert!(refused.is_err(), "access to a lost device");
+    let (ok, status) = heard
+        .try_recv()
+        .expect("no callback under the runtime's lock");
+    assert!(ok, "the child failed (status {status})");
+    drop(d0.enable_peer_access(&d1).unwrap());
 }

@@ -171,7 +171,9 @@ impl DevicePoolBuilder {
     /// Errors: a capacity under one 4 KiB block is an [`Error::InvalidArgument`] of
     /// `DevicePoolBuilder::build` naming the `capacity` it was given; a forced
     /// runtime pool on a runtime without the API is [`Error::Unsupported`], and its creation
-    /// failing is that ACL error.
+    /// failing is that ACL error. In a forked child (`npu_core::forked`) a runtime pool is
+    /// [`Error::Forked`], forced or not (a pool of the caching backend, which makes no runtime
+    /// call to be made, is made, and its every allocation refused so).
     ///
     /// ```
     /// use npu_core::Device;

@@ -194,7 +194,12 @@ impl DeviceSource {
                 backend: Backend::Runtime(pool),
                 returns: Returns::new(),
             }),
-            Err(err) if !force => Ok(caching(format!("creating a runtime pool failed ({err})"))),
+            // In a forked child the runtime pool is refused as every call reaching the runtime
+            // is: the child is told so, not handed a pool of the other backend whose every
+            // allocation is refused all the same.
+            Err(err) if !force && !matches!(err, Error::Forked { .. }) => {
+                Ok(caching(format!("creating a runtime pool failed ({err})")))
+            }
             Err(err) => Err(err),
         }
     }
