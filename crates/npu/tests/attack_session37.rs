@@ -252,9 +252,11 @@ fn blocking_waits_in_a_pools_wakers_on_the_reaper() {
 /// `spawn_blocking` task (the kind of thread a `BlockingSync` wait runs on), from a tracing
 /// subscriber's callback for an event of the program's own outside any npu-rs call, and from
 /// a waker that the program wakes on a thread of its own; each released by the test (the
-/// device, or the notify the operation waits on) once the wait is under way.
+/// device, or the notify the operation waits on) once the waiting thread has started (the
+/// subscriber's callback has said it runs).
 ///
-/// Outcome: held. Every wait returns `Ok` once the device is released.
+/// Outcome: held. Every wait is made (none refused) and returns `Ok` once the device is
+/// released or the notify set.
 #[test]
 fn blocking_waits_on_the_programs_own_threads_are_made() {
     use tracing_subscriber::layer::SubscriberExt;
