@@ -252,11 +252,11 @@ fn blocking_waits_in_a_pools_wakers_on_the_reaper() {
 /// `spawn_blocking` task (the kind of thread a `BlockingSync` wait runs on), from a tracing
 /// subscriber's callback for an event of the program's own outside any npu-rs call, and from
 /// a waker that the program wakes on a thread of its own; each released by the test (the
-/// device, or the notify the operation waits on) once the waiting thread has started (the
-/// subscriber's callback has said it runs).
+/// device, or the notify the operation waits on) once the waiting thread has made a bounded
+/// wait (1 ms) that runs out while the device holds the operation.
 ///
-/// Outcome: held. Every wait is made (none refused) and returns `Ok` once the device is
-/// released or the notify set.
+/// Outcome: held. Every wait is made (the bounded ones run out, none is refused) and returns
+/// `Ok` once the device is released or the notify set.
 #[test]
 fn blocking_waits_on_the_programs_own_threads_are_made() {
     use tracing_subscriber::layer::SubscriberExt;
@@ -272,11 +272,20 @@ fn blocking_waits_on_the_programs_own_threads_are_made() {
             _: tracing_subscriber::layer::Context<'_, S>,
         ) {
             if event.metadata().target() == "attack_session37" {
-                let _ = self.1.send(Ok(()));
+                // A bounded wait that runs out (the device holds the operation): made, not
+                // refused.
+                let made = match self.0.blocking_waiter().wait_for(MADE) {
+                    None => Ok(()),
+                    Some(answer) => answer,
+                };
+                let _ = self.1.send(made);
                 let _ = self.1.send(self.0.wait_blocking());
             }
         }
     }
+
+    /// A bound a wait for a held operation runs out of: it shows the wait was made.
+    const MADE: std::time::Duration = std::time::Duration::from_millis(1);
 
     let (_guard, ctx) = devices();
     for strategy in STRATEGIES {
@@ -294,6 +303,11 @@ fn blocking_waits_on_the_programs_own_threads_are_made() {
         let waiter = done.blocking_waiter();
         let (started, start) = std::sync::mpsc::channel();
         let blocking = tokio.spawn_blocking(move || {
+            // Runs out (the device holds the operation): made, not refused.
+            assert!(
+                waiter.wait_for(MADE).is_none(),
+                "a bounded wait was not made"
+            );
             started.send(()).unwrap();
             (done.wait_blocking(), waiter.wait_for(HANG))
         });
