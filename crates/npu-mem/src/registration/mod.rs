@@ -109,7 +109,9 @@ const _: () = {
 /// A registration that failed: the error, and the buffer handed back.
 ///
 /// It converts into [`npu_core::Error`] (dropping the buffer), so `?` works in functions
-/// returning `npu_core::Result`.
+/// returning `npu_core::Result`. As an error it is its `error`: it displays that error's
+/// message and reports that error's source as its own, so a report walking the chain says the
+/// message once; its `Debug` names the buffer's type, not its contents.
 ///
 /// ```
 /// use npu_core::Device;
@@ -121,7 +123,6 @@ const _: () = {
 /// assert_eq!(rejected.buffer.len(), 100);
 /// # Ok::<(), npu_core::Error>(())
 /// ```
-#[derive(Debug)]
 pub struct RegisterError<B> {
     /// Why the registration failed.
     pub error: Error,
@@ -135,9 +136,22 @@ impl<B> fmt::Display for RegisterError<B> {
     }
 }
 
-impl<B: fmt::Debug> std::error::Error for RegisterError<B> {
+// Not derived: the buffer need not be `Debug`, and a panic message from `unwrap` should show
+// the error, not the megabytes the caller tried to register (as `OpError`'s does).
+impl<B> fmt::Debug for RegisterError<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegisterError")
+            .field("error", &self.error)
+            .field("buffer", &std::any::type_name::<B>())
+            .finish()
+    }
+}
+
+// Transparent, as `OpError` is: it displays its error's message, so reporting that error again
+// as its source would print the message twice in a report that walks the chain.
+impl<B> std::error::Error for RegisterError<B> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
+        std::error::Error::source(&self.error)
     }
 }
 
