@@ -168,7 +168,7 @@ impl Stream {
 /// an error naming `PinnedPool::alloc` or `Stream::copy_h2d`, and their `len` or `src`, would
 /// name an API they never called. Other errors (the runtime's, a device fault, an abort) name
 /// the ACL function that failed, which is what happened, and are kept as they are.
-fn as_callers(
+pub(crate) fn as_callers(
     error: Error,
     api: &'static str,
     argument: impl FnOnce(&'static str) -> &'static str,

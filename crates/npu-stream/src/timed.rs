@@ -6,6 +6,7 @@ use npu_core::OpError;
 
 use crate::event::Event;
 use crate::op::Op;
+use crate::staged::as_callers;
 use crate::stream::Stream;
 
 impl Stream {
@@ -16,7 +17,9 @@ impl Stream {
     /// before the operation is queued. It should queue one operation on `self`; work it queues
     /// elsewhere is not timed. A failure to create either event or to record the start event
     /// happens before `submit` runs, so the error carries no value; any later failure hands the
-    /// operation's value back.
+    /// operation's value back. A record of either event refused by npu-rs (on a thread that is
+    /// submitting to this stream already) is an `InvalidArgument` naming `Stream::timed` and
+    /// `self`.
     ///
     /// Like any `async fn` (and unlike an [`Op`]), it does nothing until first polled: the
     /// events are created and `submit` runs then, so a future dropped unpolled submits nothing.
@@ -43,11 +46,17 @@ impl Stream {
         &self,
         submit: impl FnOnce(&Stream) -> Op<T>,
     ) -> Result<(T, Duration), OpError<T>> {
+        // The events are `timed`'s own: a refusal of their records (on a thread submitting to
+        // this stream already) is about the caller's stream, `self`, and names the method the
+        // caller called rather than `Event::record` and its `stream`.
+        let as_timed = |error| as_callers(error, "Stream::timed", |_| "self");
         let start = Event::new(self.context()).map_err(OpError::without_value)?;
         let end = Event::new(self.context()).map_err(OpError::without_value)?;
-        start.record(self).map_err(OpError::without_value)?;
+        start
+            .record(self)
+            .map_err(|error| OpError::without_value(as_timed(error)))?;
         let op = submit(self);
-        let recorded = end.record(self);
+        let recorded = end.record(self).map_err(as_timed);
         let value = op.await?;
         let elapsed = match recorded {
             Ok(()) => match end.wait().await {
