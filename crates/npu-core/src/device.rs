@@ -197,7 +197,9 @@ pub enum DeviceStatus {
 }
 
 impl Device {
-    /// Opens device `id` on the [global runtime](Runtime::global).
+    /// Opens device `id` on the [global runtime](Runtime::global). Where `Runtime::global`
+    /// refuses to make it (argument `thread`: a tracing subscriber called back while it is
+    /// made), the refusal names `Device::open`.
     ///
     /// ```
     /// use npu_core::Device;
@@ -209,10 +211,12 @@ impl Device {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn open(id: u32) -> Result<Device> {
-        Device::open_on(&Runtime::global()?, id, "Device::open")
+        const API: &str = "Device::open";
+        Device::open_on(&Runtime::global_for(API)?, id, API)
     }
 
-    /// The number of devices visible to the [global runtime](Runtime::global).
+    /// The number of devices visible to the [global runtime](Runtime::global); its refusals
+    /// name `Device::count`, as [`open`](Device::open)'s name `Device::open`.
     ///
     /// ```
     /// use npu_core::Device;
@@ -225,7 +229,7 @@ impl Device {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn count() -> Result<u32> {
-        Runtime::global()?.device_count()
+        Runtime::global_for("Device::count")?.device_count()
     }
 
     /// Opens device `id` on `runtime`, errors naming `api` (the call the caller made).

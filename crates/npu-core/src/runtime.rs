@@ -502,6 +502,12 @@ impl Runtime {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn global() -> Result<Runtime> {
+        Runtime::global_for("Runtime::global")
+    }
+
+    /// [`global`](Runtime::global), its refusals naming `api`: the call the caller made
+    /// (`Device::open` asks for the runtime on the caller's behalf).
+    pub(crate) fn global_for(api: &'static str) -> Result<Runtime> {
         static GLOBAL: OnceLock<Result<Runtime, Error>> = OnceLock::new();
         thread_local! {
             /// Set while this thread makes the global runtime.
@@ -517,7 +523,7 @@ impl Runtime {
         let making = Raised::raise(&MAKING);
         if making.outer {
             return Err(Error::invalid(
-                "Runtime::global",
+                api,
                 "thread",
                 "is making the process-wide runtime: called back from inside (by a tracing \
                  subscriber?) before it exists",
@@ -527,10 +533,10 @@ impl Runtime {
         // subscriber called from there) would have its build refused by `acquire`, and that
         // refusal kept as the process-wide runtime's result for ever; or it would wait here
         // for another thread making the runtime, which waits for the lock this one holds.
-        refuse_while_initialising("Runtime::global")?;
+        refuse_while_initialising(api)?;
         // A thread of the parent may have been making it at the fork: the child would wait
         // for it for ever. A child refuses ACL anyway, and gets one made before the fork.
-        crate::fork::refuse(crate::SEAL, "Runtime::global")?;
+        crate::fork::refuse(crate::SEAL, api)?;
         // A child forked while a thread makes it (or waits for it) is a forked child.
         let _window = crate::fork::Window::open();
         GLOBAL.get_or_init(|| Runtime::builder().build()).clone()
