@@ -9,9 +9,10 @@
 //! chain must be true and say each thing once.
 //!
 //! The refusals that held are tables, one per area, of `(what was passed, expected error)`.
-//! Two defects have tests of their own: `RegisterError`'s `Debug` dumped the whole buffer the
-//! caller tried to register and its `source()` repeated its own message, and `Stream::timed`
-//! named `Event::record` and its `stream` for a refusal of the caller's stream.
+//! Three defects have tests of their own: `RegisterError`'s `Debug` dumped the whole buffer the
+//! caller tried to register and its `source()` repeated its own message; `Stream::timed` named
+//! `Event::record` and its `stream` for a refusal of the caller's stream; and `Device::open` and
+//! `Device::count` named `Runtime::global` for its refusal on the thread making it.
 
 mod common;
 
@@ -575,4 +576,63 @@ fn a_refused_timing_names_stream_timed_and_self() {
         let (buffer, _took) = run(s.timed(|s| s.memset(buffer, 9))).unwrap();
         assert_eq!(buffer.to_vec_blocking().unwrap(), [9; 16]);
     }
+}
+
+/// The environment variable that makes [`child`] run a case.
+const CHILD_ENV: &str = "NPU_SESSION37_INPUTS_CHILD";
+
+/// A child process's case; does nothing without [`CHILD_ENV`].
+#[test]
+fn child() {
+    let Ok(case) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    match case.as_str() {
+        "opened while made" => devices_asked_for_while_the_runtime_is_made(),
+        other => panic!("no child case {other}"),
+    }
+    println!("CHILD OK");
+}
+
+/// `Device::open` and `Device::count` ask for the process-wide runtime on the caller's
+/// behalf. Called from a tracing subscriber while the first of them makes it (the fallback to
+/// the simulator, or the choice of a real runtime, is logged), `Runtime::global` refuses
+/// rather than wait for itself, and that refusal named `Runtime::global`, a call the caller
+/// never made. Run in a process of its own: the runtime must not exist yet.
+#[test]
+fn a_device_asked_for_while_the_runtime_is_made_names_the_call_made() {
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, "opened while made")
+        // `auto` logs its choice on the making thread, whichever backend it picks.
+        .env_remove("NPU_BACKEND")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child_succeeded(child, HANG, "a device asked for while the runtime is made");
+}
+
+fn devices_asked_for_while_the_runtime_is_made() {
+    let refusals: Arc<Mutex<Vec<Error>>> = Arc::default();
+    let seen = refusals.clone();
+    let hook: Box<dyn FnOnce() + Send> = Box::new(move || {
+        let mut seen = seen.lock().unwrap();
+        seen.push(Device::open(0).map(drop).unwrap_err());
+        seen.push(Device::count().map(drop).unwrap_err());
+    });
+    let subscriber = tracing_subscriber::registry().with(Hooked(Mutex::new(Some(hook))));
+    common::see_every_callsite();
+    let device = tracing::subscriber::with_default(subscriber, || Device::open(0)).unwrap();
+    let refusals = std::mem::take(&mut *refusals.lock().unwrap());
+    let named: Vec<_> = refusals.iter().map(invalid).collect();
+    assert_eq!(
+        named,
+        [("Device::open", "thread"), ("Device::count", "thread")]
+    );
+    assert!(
+        device
+            .runtime()
+            .same_library(&npu::Runtime::global().unwrap()),
+        "the refusals are not kept as the runtime's result"
+    );
 }
