@@ -532,7 +532,19 @@ impl<S> View<S> {
             Bound::Unbounded => total,
         };
         if start > end || end > total {
-            let rule = format!("{start}..{end} is outside the slice's {total} elements");
+            // Shown as the caller wrote its end: `0..=usize::MAX` saturated to `0..usize::MAX`
+            // would name a range they did not pass.
+            let shown = match range.end_bound() {
+                Bound::Included(e) => format!("{start}..={e}"),
+                Bound::Excluded(e) => format!("{start}..{e}"),
+                Bound::Unbounded => format!("{start}.."),
+            };
+            // A start past the end is outside whatever the end says (`usize::MAX..`).
+            let rule = if start > end && start <= total {
+                format!("{shown} is reversed: it starts after it ends")
+            } else {
+                format!("{shown} is outside the slice's {total} elements")
+            };
             return Err(OpError::new(
                 Error::invalid("Memory::view", "range", rule),
                 inner,
