@@ -9,10 +9,12 @@
 //! chain must be true and say each thing once.
 //!
 //! The refusals that held are tables, one per area, of `(what was passed, expected error)`.
-//! Three defects have tests of their own: `RegisterError`'s `Debug` dumped the whole buffer the
+//! Three defects of naming have tests of their own: `RegisterError`'s `Debug` dumped the whole buffer the
 //! caller tried to register and its `source()` repeated its own message; `Stream::timed` named
 //! `Event::record` and its `stream` for a refusal of the caller's stream; and `Device::open` and
-//! `Device::count` named `Runtime::global` for its refusal on the thread making it.
+//! `Device::count` named `Runtime::global` for its refusal on the thread making it. A fourth,
+//! of the message's truth: `Memory::view` called a reversed range "outside the slice", and
+//! showed `0..=usize::MAX` as `0..usize::MAX`.
 
 mod common;
 
@@ -635,4 +637,41 @@ fn devices_asked_for_while_the_runtime_is_made() {
             .same_library(&npu::Runtime::global().unwrap()),
         "the refusals are not kept as the runtime's result"
     );
+}
+
+/// `Memory::view` refused a reversed range as "outside the slice", which it is not, and showed
+/// an inclusive range ending at `usize::MAX` as the exclusive one its end saturated to, a
+/// range the caller never passed.
+#[test]
+fn a_refused_view_shows_the_range_passed() {
+    let (_guard, ctx, _ctx1) = exclusive(None);
+    let device = || DeviceBuffer::<u32>::new(&ctx, 4).unwrap();
+    #[allow(clippy::reversed_empty_ranges)] // the reversed range is the input attacked
+    let cases = [
+        (
+            device().view(3..1),
+            "3..1 is reversed: it starts after it ends",
+        ),
+        (
+            device().view(0..=usize::MAX),
+            "0..=18446744073709551615 is outside the slice's 4 elements",
+        ),
+        (
+            device().view(usize::MAX..),
+            "18446744073709551615.. is outside the slice's 4 elements",
+        ),
+        (
+            device().view(2..5),
+            "2..5 is outside the slice's 4 elements",
+        ),
+    ];
+    for (result, rule) in cases {
+        let failed = result.unwrap_err();
+        assert_eq!(invalid(&failed.error), ("Memory::view", "range"));
+        assert_eq!(
+            failed.error.to_string(),
+            format!("Memory::view: invalid argument `range`: {rule}")
+        );
+        assert_eq!(failed.value.unwrap().len(), 4, "handed back");
+    }
 }
