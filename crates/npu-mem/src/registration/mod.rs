@@ -168,7 +168,8 @@ fn check_range(ptr: *const c_void, bytes: usize) -> Result<()> {
         return Err(Error::invalid(
             api,
             "buffer",
-            "is empty: ACL rejects zero-size registrations",
+            // Not "is empty": a `Vec<()>` of 4096 elements is not, and holds no bytes either.
+            "holds no bytes: ACL rejects zero-size registrations",
         ));
     }
     if !(ptr as usize).is_multiple_of(PAGE) {
