@@ -14,7 +14,8 @@
 //! `Event::record` and its `stream` for a refusal of the caller's stream; and `Device::open` and
 //! `Device::count` named `Runtime::global` for its refusal on the thread making it. A fourth,
 //! of the message's truth: `Memory::view` called a reversed range "outside the slice", and
-//! showed `0..=usize::MAX` as `0..usize::MAX`.
+//! showed `0..=usize::MAX` as `0..usize::MAX`; and `HostRegistration::new` called 4096
+//! elements of a zero-sized type "empty".
 
 mod common;
 
@@ -130,6 +131,23 @@ fn memory_sizes_views_and_casts() {
                 .map(drop)
                 .map_err(|e| e.error),
             Invalid("HostRegistration::new", "buffer"),
+        ),
+        (
+            "a registration of a zero-sized element type",
+            HostRegistration::new(&ctx, vec![(); 4096], RegisterFlags::PINNED)
+                .map(drop)
+                .map_err(|e| e.error),
+            Invalid("HostRegistration::new", "buffer"),
+        ),
+        (
+            "a zero-sized element type",
+            PinnedBuffer::<()>::new(&ctx, 1).map(drop),
+            Invalid("PinnedBuffer::new", "T"),
+        ),
+        (
+            "a cast to a zero-sized type",
+            device(3).cast::<()>().map(drop).map_err(|e| e.error),
+            Invalid("Memory::cast", "U"),
         ),
         (
             "a view at usize::MAX",
@@ -514,6 +532,16 @@ fn a_refused_registration_reports_its_error_once_and_names_its_buffer() {
         "{refused:?}"
     );
     assert_eq!(refused.buffer.len(), (4 << 20) + 1, "handed back whole");
+
+    // 4096 elements of no size: refused as holding no bytes, which it does not; not as
+    // empty, which it is not.
+    let units = HostRegistration::new(&ctx, vec![(); 4096], RegisterFlags::PINNED).unwrap_err();
+    assert_eq!(
+        units.to_string(),
+        "HostRegistration::new: invalid argument `buffer`: holds no bytes: ACL rejects \
+         zero-size registrations"
+    );
+    assert_eq!(units.buffer.len(), 4096);
 }
 
 /// A tracing layer that runs its hook once, for the first event emitted on the thread that
