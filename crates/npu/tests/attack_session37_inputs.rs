@@ -191,7 +191,7 @@ fn memory_sizes_views_and_casts() {
 
 #[test]
 fn pools() {
-    use Expect::Invalid;
+    use Expect::{Acl, Invalid};
     let (_guard, ctx, _ctx1) = exclusive(None);
     let s = stream(&ctx, Strategy::EventPoll);
     let pinned = PinnedPool::new(&ctx);
@@ -232,6 +232,13 @@ fn pools() {
             run(pinned.alloc::<u64>(big)).map(drop),
             Invalid("PinnedPool::alloc", "len"),
         ),
+        // isize::MAX bytes are a valid length, rounded up to their class: the runtime's
+        // out-of-memory error, not an overflow.
+        (
+            "isize::MAX pinned bytes".into(),
+            run(pinned.alloc::<u8>(isize::MAX as usize)).map(drop),
+            Acl("aclrtMallocHost", 207001),
+        ),
     ];
     for backend in [DevicePoolBackend::Caching, DevicePoolBackend::RuntimePool] {
         let pool = DevicePool::builder(&ctx).backend(backend).build().unwrap();
@@ -255,6 +262,14 @@ fn pools() {
                 format!("{backend:?}: an alloc past isize::MAX"),
                 run(pool.alloc::<u64>(&s, big)).map(drop),
                 Invalid("DevicePool::alloc", "len"),
+            ),
+            (
+                format!("{backend:?}: isize::MAX bytes"),
+                run(pool.alloc::<u8>(&s, isize::MAX as usize)).map(drop),
+                match backend {
+                    DevicePoolBackend::Caching => Acl("aclrtMalloc", 207001),
+                    _ => Acl("aclrtMemPoolMallocAsync", 207001),
+                },
             ),
         ]);
     }
