@@ -47,7 +47,7 @@ fn misaligned_partial_and_empty_buffers_are_refused_before_acl() {
     for (buffer, rule) in [
         (window(64..64 + 4096), "not 4 KiB aligned"),
         (window(0..100), "not whole 4 KiB pages"),
-        (window(0..0), "is empty"),
+        (window(0..0), "holds no bytes"),
     ] {
         let rejected = HostRegistration::new(&ctx, buffer, RegisterFlags::PINNED).unwrap_err();
         assert!(rejected.error.acl_code().is_none(), "{}", rejected.error);

@@ -710,7 +710,7 @@ fn host_registration_refuses_partial_pages_and_outlives_its_copies() {
     drop(registered);
     let empty: Vec<u32> = Vec::new();
     let rejected = HostRegistration::new(&ctx, empty, RegisterFlags::PINNED);
-    assert!(rejected.unwrap_err().to_string().contains("empty"));
+    assert!(rejected.unwrap_err().to_string().contains("holds no bytes"));
 
     for strategy in STRATEGIES {
         let s = stream(&ctx, strategy);
