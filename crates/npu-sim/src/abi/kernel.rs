@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use npu_sys::*;
 
-use super::check::{array, bytes, c_str, optional};
+use super::check::{array, bytes, c_path, c_str, optional};
 use super::kernel_args::{resolve_args, retire_args};
 use crate::context;
 use crate::error::{Res, ensure, fail, guard, non_null, write_out};
@@ -66,7 +66,8 @@ pub(super) fn store_binary(binary: Binary, out: *mut aclrtBinHandle) -> Res<()> 
 }
 
 /// Loads a kernel binary: on the simulator, a shared object exporting kernels with the
-/// `npusim/kernel.h` signature. Unreadable file → 107009; not loadable → 100003.
+/// `npusim/kernel.h` signature. The path is any bytes but NUL, UTF-8 or not, as a Linux path.
+/// Unreadable file → 107009; not loadable → 100003.
 ///
 /// # Safety
 /// `binPath` must be NULL or NUL-terminated; `options` NULL or valid; `binHandle` NULL or valid
@@ -78,7 +79,7 @@ pub unsafe extern "C" fn aclrtBinaryLoadFromFile(
     binHandle: *mut aclrtBinHandle,
 ) -> aclError {
     guard("aclrtBinaryLoadFromFile", || {
-        let path = c_str(binPath, "binPath")?;
+        let path = c_path(binPath, "binPath")?;
         non_null(binHandle, "binHandle")?;
         let lazy = check_options(options)?;
         store_binary(Binary::from_file(path)?.loaded_lazily(lazy), binHandle)

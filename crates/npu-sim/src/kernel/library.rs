@@ -150,7 +150,7 @@ impl Function {
     }
 }
 
-fn open(path: &str) -> Result<libloading::Library, libloading::Error> {
+fn open(path: &std::path::Path) -> Result<libloading::Library, libloading::Error> {
     // SAFETY: loading runs the library's initialisers; the caller asked for exactly this file
     // to be loaded as kernel code, which is what the ACL call means.
     unsafe { libloading::Library::new(path) }
@@ -227,17 +227,16 @@ impl Binary {
     /// path; a relative one is taken from the current directory, the file the existence check
     /// looked at (given to dlopen as it is, a name without a slash would be searched for on the
     /// library path instead, and could load another library).
-    pub(crate) fn from_file(path: &str) -> Res<Binary> {
-        let Some(path) = std::path::absolute(path)
-            .ok()
-            .and_then(|path| path.to_str().map(str::to_owned))
-        else {
+    pub(crate) fn from_file(path: &std::path::Path) -> Res<Binary> {
+        // Any bytes but NUL, as Linux paths hold: a path that is not UTF-8 names a file all the
+        // same.
+        let Ok(path) = std::path::absolute(path) else {
             fail!(
                 ACL_ERROR_RT_FILE_OPEN,
                 "cannot open kernel binary {path:?}: no absolute path for it"
             );
         };
-        let path = path.as_str();
+        let path = path.as_path();
         ensure!(
             std::fs::File::open(path).is_ok(),
             ACL_ERROR_RT_FILE_OPEN,
@@ -280,7 +279,7 @@ impl Binary {
                 "could not stage the binary in memory: {error}"
             );
         }
-        match open(&format!("/proc/self/fd/{fd}")) {
+        match open(std::path::Path::new(&format!("/proc/self/fd/{fd}"))) {
             // The loader keeps its own mapping; the descriptor closes with `file`.
             Ok(library) => Ok(Binary::library(library)),
             Err(error) => fail!(
