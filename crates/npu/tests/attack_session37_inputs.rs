@@ -15,7 +15,8 @@
 //! `Device::count` named `Runtime::global` for its refusal on the thread making it. A fourth,
 //! of the message's truth: `Memory::view` called a reversed range "outside the slice", and
 //! showed `0..=usize::MAX` as `0..usize::MAX`; and `HostRegistration::new` called 4096
-//! elements of a zero-sized type "empty".
+//! elements of a zero-sized type "empty". And one of the simulator's fidelity: it refused a
+//! kernel library whose path is not UTF-8, which a Linux path may be.
 
 mod common;
 
@@ -91,6 +92,14 @@ fn sound_chain(case: &str, err: &(dyn std::error::Error + 'static)) {
 
 /// A range that starts after it ends (spelled out: clippy refuses the literal `3..1`).
 const REVERSED: std::ops::Range<usize> = std::ops::Range { start: 3, end: 1 };
+
+/// A path whose file name is not UTF-8, naming nothing.
+fn not_utf8() -> &'static std::path::Path {
+    use std::os::unix::ffi::OsStrExt;
+    std::path::Path::new(std::ffi::OsStr::from_bytes(
+        b"/nonexistent/kernels-\xff\xfe.so",
+    ))
+}
 
 /// Runs a refused operation and checks its error; the value comes back.
 fn refused_op<T: Send + 'static>(case: &str, op: npu::stream::Op<T>, expected: Expect) {
@@ -396,6 +405,11 @@ fn events() {
     for (case, result, expected) in rows {
         check(case, &result.expect_err(case), expected);
     }
+    // The same event as start and end: no time passed, nothing refused.
+    let timed = Event::new(&ctx).unwrap();
+    timed.record(&s).unwrap();
+    run(timed.wait()).unwrap();
+    assert_eq!(Event::elapsed(&timed, &timed).unwrap(), Duration::ZERO);
 }
 
 #[test]
@@ -439,6 +453,12 @@ fn kernels_and_modules() {
             unsafe { Module::from_file(&ctx, "") }.map(drop),
             Invalid("Module::from_file", "path"),
         ),
+        (
+            "a missing path that is not UTF-8".into(),
+            // SAFETY: no such file: nothing is loaded.
+            unsafe { Module::from_file(&ctx, not_utf8()) }.map(drop),
+            Acl("aclrtBinaryLoadFromFile", 107009),
+        ),
     ]);
     for (case, result, expected) in rows {
         check(&case, &result.expect_err(&case), expected);
@@ -476,6 +496,14 @@ fn devices_runtimes_and_simulator_controls() {
             "an attribute outside the enum",
             device.attribute(DeviceAttr::Raw(u32::MAX as _)).map(drop),
             Acl("aclrtGetDeviceInfo", 107000),
+        ),
+        (
+            "a configuration path that is not UTF-8, ACL running without one",
+            npu::Runtime::builder()
+                .acl_config(not_utf8())
+                .build()
+                .map(drop),
+            Invalid("RuntimeBuilder::build", "acl_config"),
         ),
         (
             "a configuration path with a NUL",
@@ -719,4 +747,37 @@ fn a_refused_view_shows_the_range_passed() {
         );
         assert_eq!(failed.value.unwrap().len(), 4, "handed back");
     }
+}
+
+/// A Linux path is bytes, and CANN opens the file it is given. The simulator refused a kernel
+/// library's path that is not UTF-8 (107000, "binPath is not valid UTF-8"), where its other
+/// path arguments (aclInit's configuration, the dump configuration) take the bytes as they
+/// are: a program whose kernels lie under such a directory could not load them.
+#[test]
+fn a_kernel_library_under_a_path_that_is_not_utf8_loads() {
+    use std::os::unix::ffi::OsStrExt;
+    let (_guard, ctx, _ctx1) = exclusive(None);
+    let mut name = b"npu-session37-\xff\xfe-".to_vec();
+    name.extend_from_slice(std::process::id().to_string().as_bytes());
+    let dir = std::env::temp_dir().join(std::ffi::OsStr::from_bytes(&name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("kernels.so");
+    let _ = std::fs::remove_file(&link);
+    // A link to the shipped library: the dynamic loader finds the library already loaded.
+    std::os::unix::fs::symlink(sim::kernel::LIBRARY_PATH, &link).unwrap();
+    assert!(link.to_str().is_none(), "the path is not UTF-8");
+    // SAFETY: npu-sim's shipped kernel library, built for its kernel ABI.
+    let loaded = unsafe { Module::from_file(&ctx, &link) };
+    std::fs::remove_file(&link).unwrap();
+    std::fs::remove_dir(&dir).unwrap();
+    let module = loaded.unwrap();
+    let add = module.function("vector_add_f32").unwrap();
+    let s = stream(&ctx, Strategy::EventPoll);
+    let a = run(s.upload(&[1.0f32, 2.0])).unwrap();
+    let b = run(s.upload(&[10.0f32, 20.0])).unwrap();
+    let c = DeviceBuffer::<f32>::new(&ctx, 2).unwrap();
+    // SAFETY: vector_add_f32(const float *a, const float *b, float *c, uint64_t n) touches n
+    // elements of each buffer; all three hold 2.
+    let (_a, _b, c, _) = run(unsafe { s.launch(&add, 1, (a, b, c, 2u64)) }).unwrap();
+    assert_eq!(run(s.download(c)).unwrap(), [11.0, 22.0]);
 }
