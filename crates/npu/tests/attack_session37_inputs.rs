@@ -303,7 +303,7 @@ fn pools() {
 #[test]
 fn copies_and_waits() {
     use Expect::Invalid;
-    let (_guard, ctx, _ctx1) = exclusive(None);
+    let (_guard, ctx, ctx1) = exclusive(None);
     let host = || PinnedBuffer::<u32>::new(&ctx, 8).unwrap();
     let device = || DeviceBuffer::<u32>::new(&ctx, 8).unwrap();
     let shape = |width, height, src_pitch| Copy2d {
@@ -359,6 +359,28 @@ fn copies_and_waits() {
             wait,
             Invalid("Stream::wait_notify_timeout", "timeout"),
         );
+        // Nothing to copy or set is checked like anything else: memory of another device is
+        // refused, and the same on this device completes.
+        let elsewhere = || {
+            DeviceBuffer::<u32>::new(&ctx1, 4)
+                .unwrap()
+                .view(0..0)
+                .unwrap()
+        };
+        refused_op(
+            "an empty memset elsewhere",
+            s.memset(elsewhere(), 1),
+            Invalid("Stream::memset", "dst"),
+        );
+        let flat = shape(0, 1, 1);
+        let h2d = s.copy_2d_h2d(host(), elsewhere(), flat);
+        refused_op(
+            "a 2D copy of width 0 elsewhere",
+            h2d,
+            Invalid("Stream::copy_2d_h2d", "dst"),
+        );
+        run(s.memset(device().view(8..8).unwrap(), 1)).unwrap();
+        run(s.copy_2d_h2d(host(), device(), flat)).unwrap();
         run(s.synchronize()).unwrap();
     }
 }
