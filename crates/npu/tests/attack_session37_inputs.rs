@@ -9,13 +9,13 @@
 //! chain must be true and say each thing once.
 //!
 //! The refusals that held are tables, one per area, of `(what was passed, expected error)`.
-//! Three defects of naming have tests of their own: `RegisterError`'s `Debug` dumped the whole buffer the
-//! caller tried to register and its `source()` repeated its own message; `Stream::timed` named
-//! `Event::record` and its `stream` for a refusal of the caller's stream; and `Device::open` and
-//! `Device::count` named `Runtime::global` for its refusal on the thread making it. A fourth,
-//! of the message's truth: `Memory::view` called a reversed range "outside the slice", and
-//! showed `0..=usize::MAX` as `0..usize::MAX`; and `HostRegistration::new` called 4096
-//! elements of a zero-sized type "empty". And one of the simulator's fidelity: it refused a
+//! Six defects have tests of their own. Of the errors' names and chains: `RegisterError`'s
+//! `Debug` dumped the whole buffer the caller tried to register and its `source()` repeated
+//! its own message; `Stream::timed` named `Event::record` and its `stream` for a refusal of the
+//! caller's stream; `Device::open` and `Device::count` named `Runtime::global` for its refusal
+//! on the thread making it. Of the messages' truth: `Memory::view` called a reversed range
+//! "outside the slice" and showed `0..=usize::MAX` as `0..usize::MAX`; `HostRegistration::new`
+//! called 4096 elements of a zero-sized type "empty". Of the simulator's fidelity: it refused a
 //! kernel library whose path is not UTF-8, which a Linux path may be.
 
 mod common;
