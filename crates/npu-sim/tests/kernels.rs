@@ -1890,3 +1890,65 @@ fn launch_values_come_before_the_function_and_handles_in_parameter_order() {
         ),
     ]);
 }
+
+/// Each device runs its kernels' blocks on cores of its own, as separate NPUs do: a launch
+/// whose every block waits for a launch on another device to start runs to its end, however
+/// many blocks it has and however few host cores there are. The blocks of all devices once
+/// ran on one pool of host threads (as many as cores), so a kernel on one device whose blocks
+/// waited for another device's kernel (a collective's flag, a test's gate) took every thread and
+/// the other device's kernel never started: both hung. A block gives up after a long bound and
+/// traps once the test's bound has passed, so a regression fails the launch instead of hanging
+/// the test.
+#[test]
+fn kernels_on_two_devices_do_not_share_cores() {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::{Duration, Instant};
+
+    static STARTED: [AtomicU32; 2] = [AtomicU32::new(0), AtomicU32::new(0)];
+    // One bound for every block, so that a regression fails in this time, not a block's worth
+    // of it per block.
+    static GIVE_UP: OnceLock<Instant> = OnceLock::new();
+    GIVE_UP
+        .set(Instant::now() + Duration::from_secs(30))
+        .unwrap();
+    const NAME: &str = "wait_for_the_other_device";
+    kernel::register_with_args_size(NAME, 4, |_, _, args| {
+        // SAFETY: the launch passes one u32, this launch's side (0 or 1), as declared.
+        let side = unsafe { *args.cast::<u32>() } as usize;
+        STARTED[side].fetch_add(1, Ordering::SeqCst);
+        while STARTED[1 - side].load(Ordering::SeqCst) == 0 {
+            if Instant::now() > GIVE_UP.get().copied().unwrap() {
+                return 1;
+            }
+            std::thread::yield_now();
+        }
+        0
+    })
+    .unwrap();
+    // More blocks than any test machine has cores.
+    let blocks = 1024;
+    let streams: Vec<aclrtStream> = (0..2)
+        .map(|side| {
+            set_device(side);
+            let func = function(registry_binary(&[NAME]), NAME);
+            let stream = create_stream();
+            assert_eq!(
+                launch(func, blocks, stream, &(side as u32), ptr::null_mut()),
+                0
+            );
+            stream
+        })
+        .collect();
+    for (side, stream) in streams.into_iter().enumerate() {
+        set_device(side as i32);
+        let synced = code!(aclrtSynchronizeStream(stream));
+        assert_eq!(
+            synced, 0,
+            "device {side}'s kernel waited for the other in vain"
+        );
+        acl!(aclrtDestroyStream(stream));
+    }
+    let started = [0, 1].map(|side| STARTED[side].load(Ordering::SeqCst));
+    assert_eq!(started, [blocks; 2]);
+}

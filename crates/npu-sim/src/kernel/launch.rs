@@ -2,7 +2,7 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use npu_sys::*;
 use rayon::prelude::*;
@@ -219,14 +219,23 @@ impl Launch {
                 }
             }
         };
-        let trap = if blocks == 1 {
-            Some((0, call(0))).filter(|&(_, status)| status != 0)
-        } else {
+        let run_blocks = || {
             (0..blocks)
                 .into_par_iter()
                 .map(|block| (block, call(block)))
                 .filter(|&(_, status)| status != 0)
                 .min_by_key(|&(block, _)| block)
+        };
+        let trap = if blocks == 1 {
+            Some((0, call(0))).filter(|&(_, status)| status != 0)
+        } else {
+            match device_cores(self.function.device) {
+                Some(cores) => cores.install(run_blocks),
+                // No threads could be had for the device: its blocks run one after another.
+                None => (0..blocks)
+                    .map(|block| (block, call(block)))
+                    .find(|&(_, status)| status != 0),
+            }
         };
         match trap {
             None => Ok(()),
@@ -246,4 +255,24 @@ impl Launch {
             }
         }
     }
+}
+
+/// The host threads that run the blocks of device `device`'s kernels (as many as the host has
+/// cores), made at its first launch of more than one block; `None` if the system refused them.
+///
+/// One pool per device, as each NPU has AI cores of its own: with one pool for all devices, a
+/// kernel whose blocks wait for another device's kernel (a collective waiting for its peer's
+/// flag, a test holding a kernel) took every thread, and the kernel it waited for never ran.
+/// Kernels of one device share its pool, as they share its cores.
+fn device_cores(device: i32) -> Option<&'static rayon::ThreadPool> {
+    static POOLS: [OnceLock<Option<rayon::ThreadPool>>; crate::config::MAX_DEVICES as usize] =
+        [const { OnceLock::new() }; crate::config::MAX_DEVICES as usize];
+    let pool = POOLS.get(usize::try_from(device).ok()?)?;
+    pool.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .thread_name(move |core| format!("npusim-dev{device}-core{core}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
 }
