@@ -337,7 +337,8 @@ impl Context {
     /// [`Error::InvalidArgument`] (argument `thread`) on npu-rs's own threads and under its
     /// locks (a waker, a completion's release, a tracing subscriber's callback from inside an
     /// ACL call npu-rs makes under one of its locks), where the thread may be the one that would
-    /// let the work finish; in a forked child it is [`Error::Forked`].
+    /// let the work finish; in a forked child it is [`Error::Forked`] naming
+    /// `aclrtSynchronizeDevice`, on any thread.
     ///
     /// ```
     /// use npu_core::{AclCode, Device};

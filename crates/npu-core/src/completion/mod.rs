@@ -387,7 +387,9 @@ impl Completion {
     /// the thread that would complete the operation, or that needs the lock to, may be the
     /// one waiting, and the wait would then never end, while every operation and release
     /// that thread serves waited with it (docs/cancellation.md, rule 6). There it is refused.
-    /// An operation already complete returns its result anywhere: no wait is needed.
+    /// An operation already complete, or abandoned, returns its result anywhere (no wait is
+    /// needed), and in a forked child an operation of the parent is [`Error::Forked`] on any
+    /// thread, before the thread is looked at.
     ///
     /// # Errors
     ///
@@ -476,8 +478,6 @@ impl Completion {
         }
     }
 
-    /// The result of an operation that completed or was abandoned; an abandoned one is an
-    /// error of `api`, the wait the caller called.
     /// Whether this process was forked since the operation was made: its completer's thread
     /// (the reactor, a callback worker, a blocking waiter, the device's) is not in this
     /// process, so it never completes here ([`crate::fork`]).
@@ -493,6 +493,8 @@ impl Completion {
         !self.is_complete() && !self.state.is_abandoned() && !self.orphaned_by_fork()
     }
 
+    /// The result of an operation that completed or was abandoned; an abandoned one is an
+    /// error of `api`, the wait the caller called.
     fn settled(&self, api: &'static str) -> Result<()> {
         self.result().unwrap_or_else(|| {
             Err(Error::invalid(
@@ -699,7 +701,9 @@ impl BlockingWaiter {
     /// `Some` of an [`Error::InvalidArgument`] of `BlockingWaiter::wait_for` (argument
     /// `thread`): that thread may be the one that would complete the operation, which then
     /// could not complete before the `timeout`, and whatever else the thread serves would wait
-    /// as long. A zero `timeout` only looks, and is answered anywhere.
+    /// as long. A zero `timeout` only looks, and is answered anywhere; so is an operation
+    /// already complete or abandoned, and, in a forked child, an operation of the parent:
+    /// `Some` of an [`Error::Forked`] at once, on any thread.
     ///
     /// ```
     /// use std::time::Duration;

@@ -23,7 +23,7 @@ const WATCH_SLICE: Duration = Duration::from_millis(200);
 /// # Safety
 /// Implementors must be `#[repr(C)]` structs of atomics (or a single atomic) no larger than a
 /// page, for which all-zero bytes are a valid value.
-pub(crate) unsafe trait Words: Sync + 'static {
+pub(crate) unsafe trait Words: Send + Sync + 'static {
     /// The futex word every change bumps or sets.
     fn futex(&self) -> &AtomicU32;
     /// Whether a watcher that finds the futex at `seen` (after `last` the previous time) must
@@ -43,6 +43,20 @@ pub(crate) struct SharedPage<W: Words> {
 unsafe impl<W: Words> Send for SharedPage<W> {}
 // SAFETY: as above.
 unsafe impl<W: Words> Sync for SharedPage<W> {}
+// The impls above vouch for `base` alone: every other field is `Send + Sync` of its own for any
+// `W: Words` (atomics, which are both), checked here, and a field added later breaks this
+// pattern until it is checked too.
+const _: () = {
+    fn checked<W: Words>(fields: &SharedPage<W>) {
+        let SharedPage {
+            file,
+            base: _,
+            _words: words,
+        } = fields;
+        let _: [&(dyn Send + Sync); 2] = [file, words];
+    }
+    let _ = checked::<AtomicU32>;
+};
 
 impl<W: Words> SharedPage<W> {
     /// A new, zeroed page of `what`.
