@@ -52,6 +52,10 @@ pub const MAX_2D_WIDTH_BYTES: usize = 5_000_000;
 /// The shape of a pitched (2D) copy, in elements: `height` rows of `width` elements, rows
 /// `src_pitch` elements apart in the source and `dst_pitch` apart in the destination.
 ///
+/// A shape has no offsets: the copy starts at the first element of the source and of the
+/// destination it is given. To start elsewhere (a column other than the first, a block of rows
+/// further down), pass a [`view`](npu_mem::Memory::view) starting there, as below.
+///
 /// ```
 /// # use npu_core::Device;
 /// use npu_mem::{DeviceBuffer, Memory, PinnedBuffer};
