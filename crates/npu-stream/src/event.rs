@@ -641,11 +641,12 @@ impl Stream {
     /// Makes all work submitted to this stream after this call wait until `event`'s latest
     /// record is reached (`aclrtStreamWaitEvent`). Does not block the caller.
     ///
-    /// The event must belong to this stream's device: npu-sim, following CANN's reference,
-    /// refuses a wait on another device's event (`ACL_ERROR_RT_STREAM_CONTEXT`, 107003, its
-    /// message naming both devices). Work on two devices is ordered by the host (await the
-    /// first device's operation, then submit the second's), or by queuing a cross-device copy
-    /// on the stream of the device whose work it follows.
+    /// Keep the event on this stream's device. CANN's reference does not say what a wait on
+    /// another device's event does on hardware; npu-sim refuses it, as its reading of the
+    /// multi-device rules (`ACL_ERROR_RT_STREAM_CONTEXT`, 107003, its message naming both
+    /// devices). Portable code orders work on two devices by the host (await the first device's
+    /// operation, then submit the second's), or by queuing a cross-device copy on the stream of
+    /// the device whose work it follows.
     ///
     /// A legacy event npu-rs never recorded is refused ([`Error::InvalidArgument`], argument
     /// `event`): ACL would hold the stream until the event's first record. An

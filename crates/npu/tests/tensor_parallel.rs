@@ -513,6 +513,25 @@ async fn bounded<F: Future>(future: F) -> F::Output {
         .expect("hung: the future did not finish")
 }
 
+/// Runs `f`, a drop made while the devices are held or their kernels wait at the gate, and
+/// aborts the test binary if it has not returned within [`HANG`]: a drop that waited for the
+/// held work (what these tests check never happens) would otherwise hang the suite, since the
+/// test releases the work only after the drop.
+fn must_return<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    let (returned, watched) = std::sync::mpsc::channel::<()>();
+    let what = what.to_owned();
+    let watchdog = std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = watched.recv_timeout(HANG) {
+            eprintln!("{what} did not return within {HANG:?}: it waited for held device work");
+            std::process::abort();
+        }
+    });
+    let out = f();
+    drop(returned);
+    watchdog.join().unwrap();
+    out
+}
+
 /// Polls `step` until the cluster reports `phase`; the step must not finish first.
 async fn drive_to<F: Future + Unpin>(cluster: &Cluster, step: &mut F, phase: Phase)
 where
@@ -623,7 +642,11 @@ async fn steps_are_bit_exact_and_the_next_upload_overlaps_the_kernels() {
     drive_to(&job.cluster, &mut step, Phase::Computing).await;
     GATE.reached_by(DEVICES).await;
     bounded(next.ready()).await.unwrap();
-    assert!(GATE.state.lock().unwrap().0, "the kernels are still held");
+    assert!(
+        std::future::poll_fn(|cx| std::task::Poll::Ready(step.as_mut().poll(cx).is_pending()))
+            .await,
+        "step s is still held at its kernels while step s+1's upload completed"
+    );
     drop(gate);
     let outputs = bounded(step).await.unwrap();
     job.verify(&input, outputs).await;
@@ -691,7 +714,7 @@ async fn the_step_dropped_at_each_await_point_leaves_nothing_behind() {
         let (_, staged) = job.stage().unwrap();
         let mut step: StepFuture<'_> = Box::pin(job.cluster.step(staged));
         stop_at(&job.cluster, &mut step, phase).await;
-        drop(step);
+        must_return("dropping the stopped step", || drop(step));
         drop(stopped);
         job.checked_step().await;
     }
@@ -791,8 +814,8 @@ async fn the_devices_reset_mid_step_and_a_new_job_runs() {
     stop_at(&job.cluster, &mut step, Phase::Computing).await;
     // Every handle of the job goes while its kernels run and its pushes are queued: the
     // devices' contexts are reset once the work is done.
-    drop(step);
-    drop(job);
+    must_return("dropping the step", || drop(step));
+    must_return("dropping the job", || drop(job));
     drop(stopped);
     assert_eq!(live().await, before, "the reset left something behind");
 
@@ -809,11 +832,23 @@ async fn a_device_lost_mid_step_fails_the_step() {
     // A loss lasts for the process: the test runs in a child, with the simulator to itself.
     if std::env::var_os(LOSING_CHILD).is_none() {
         let name = "a_device_lost_mid_step_fails_the_step";
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--exact", name, "--test-threads=1"])
             .env(LOSING_CHILD, "1")
-            .output()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .unwrap();
+        let deadline = std::time::Instant::now() + HANG;
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                let _ = child.wait();
+                panic!("the child hung");
+            }
+            std::thread::park_timeout(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -883,7 +918,7 @@ async fn random_cancellations_from_a_seed() {
                 let (_, staged) = job.stage().unwrap();
                 let mut step: StepFuture<'_> = Box::pin(job.cluster.step(staged));
                 stop_at(&job.cluster, &mut step, phase).await;
-                drop(step);
+                must_return("dropping the stopped step", || drop(step));
                 drop(stopped);
             }
             // A kernel fault on a device chosen by the seed.
@@ -915,8 +950,9 @@ async fn random_cancellations_from_a_seed() {
 }
 
 /// What a user tries first for the all-gather's ordering: device 1's stream waiting for an
-/// event recorded on device 0's. ACL's runtime keeps an event to its own device, so the wait is
-/// refused, with an error that says what is wrong; the step above orders each device's pushes
+/// event recorded on device 0's. npu-sim keeps an event to its own device (CANN's reference
+/// leaves a wait across devices unspecified), so the wait is refused, with an error that says
+/// what is wrong; the step above orders each device's pushes
 /// behind its own kernel instead, and the host awaits the pushes before the receivers use them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_cannot_wait_for_an_event_of_another_device() {
