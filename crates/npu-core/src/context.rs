@@ -364,10 +364,7 @@ impl Context {
         // from a waker or a subscriber's callback is on a thread that served npu-rs in the
         // parent, and is told it was forked (naming the ACL call, as the call's own refusal
         // there always has).
-        crate::fork::refuse(crate::SEAL, "aclrtSynchronizeDevice")?;
-        if let Some(refused) = crate::teardown::refused_wait(API) {
-            return Err(refused);
-        }
+        crate::teardown::refuse_blocking(crate::SEAL, "aclrtSynchronizeDevice", API)?;
         self.bind()?;
         // SAFETY: no arguments; the context is bound on this thread.
         unsafe { crate::acl_call!(self.runtime(), aclrtSynchronizeDevice()) }

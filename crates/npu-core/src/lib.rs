@@ -62,4 +62,6 @@ pub use module::{BinaryMagic, Function, Module, ModuleLoader};
 pub use op_error::OpError;
 pub use runtime::{Runtime, RuntimeBuilder};
 pub(crate) use seal::SEAL;
+#[doc(hidden)]
+pub use teardown::refuse_blocking;
 pub use teardown::wait_for_teardowns;

@@ -106,9 +106,26 @@ pub(crate) fn refused_wait(api: &'static str) -> Option<Error> {
              completes the work waited for, or holds a lock of npu-rs's that its completion may \
              take (called back from inside an ACL call): the wait would never end; wait from a \
              thread of the program's own, or await the work (`Completion::wait`, a stream's \
-             `synchronize()`)",
+             `synchronize()` or copy)",
         )
     })
+}
+
+/// Refuses `api`, a blocking call that waits for device work through the ACL call `acl`
+/// (a context's synchronisation; a synchronous copy, which on the simulator first waits for
+/// every task of its device touching memory, a running kernel included): in a forked child
+/// `Error::Forked` naming `acl`, as that call's own refusal there would, whatever thread the
+/// child was forked from; otherwise [`refused_wait`]'s refusal on a thread that serves
+/// npu-rs's work. Made before the call allocates or binds anything.
+/// Shared with npu-rs's crates, not part of the API.
+#[doc(hidden)]
+pub fn refuse_blocking(
+    seal: crate::seal::Seal,
+    acl: &'static str,
+    api: &'static str,
+) -> Result<()> {
+    crate::fork::refuse(seal, acl)?;
+    refused_wait(api).map_or(Ok(()), Err)
 }
 
 /// Whether this thread may wait for teardowns: not one that serves npu-rs's work

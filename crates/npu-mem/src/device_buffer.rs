@@ -238,7 +238,13 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Blocks the calling thread until the device is done. It may be called inside a Tokio
     /// runtime (it never waits on the runtime, so it cannot deadlock it), but it holds a worker
     /// meanwhile: async code should use a stream operation (docs/architecture.md, "Blocking
-    /// calls inside a Tokio runtime").
+    /// calls inside a Tokio runtime"). As `Context::synchronize_blocking`, it is refused with
+    /// [`Error::InvalidArgument`] (argument `thread`) on npu-rs's own threads and under its
+    /// locks (a waker, a completion's release, a tracing subscriber's callback from inside an
+    /// ACL call npu-rs makes under one of its locks), since a synchronous `aclrtMemcpy` may
+    /// first wait for the device's running work (on the simulator, every task of the device
+    /// touching memory, a running kernel included), which that thread may be the one to let
+    /// finish; in a forked child it is [`Error::Forked`] (naming `aclrtMemcpy`).
     ///
     /// ```
     /// use npu_core::Device;
@@ -250,7 +256,10 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn from_host_blocking(context: &Context, data: &[T]) -> Result<Self> {
-        let api = ("DeviceBuffer::from_host_blocking", "data");
+        const API: &str = "DeviceBuffer::from_host_blocking";
+        // Before the allocation: a buffer made for a copy that is refused is never used.
+        npu_core::refuse_blocking(crate::SEAL, "aclrtMemcpy", API)?;
+        let api = (API, "data");
         let mut buffer = DeviceBuffer::allocate(api, context, data.len(), MallocPolicy::HugeFirst)?;
         buffer.copy_from_host_blocking(data)?;
         Ok(buffer)
@@ -288,7 +297,13 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Blocks the calling thread until the device is done. It may be called inside a Tokio
     /// runtime (it never waits on the runtime, so it cannot deadlock it), but it holds a worker
     /// meanwhile: async code should use a stream operation (docs/architecture.md, "Blocking
-    /// calls inside a Tokio runtime").
+    /// calls inside a Tokio runtime"). As `Context::synchronize_blocking`, it is refused with
+    /// [`Error::InvalidArgument`] (argument `thread`) on npu-rs's own threads and under its
+    /// locks (a waker, a completion's release, a tracing subscriber's callback from inside an
+    /// ACL call npu-rs makes under one of its locks), since a synchronous `aclrtMemcpy` may
+    /// first wait for the device's running work (on the simulator, every task of the device
+    /// touching memory, a running kernel included), which that thread may be the one to let
+    /// finish; in a forked child it is [`Error::Forked`] (naming `aclrtMemcpy`).
     ///
     /// ```
     /// use npu_core::Device;
@@ -302,7 +317,9 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn copy_from_host_blocking(&mut self, src: &[T]) -> Result<()> {
-        self.check_len("DeviceBuffer::copy_from_host_blocking", "src", src.len())?;
+        const API: &str = "DeviceBuffer::copy_from_host_blocking";
+        npu_core::refuse_blocking(crate::SEAL, "aclrtMemcpy", API)?;
+        self.check_len(API, "src", src.len())?;
         self.context.bind()?;
         let (dst, bytes) = (self.ptr, self.byte_len());
         let kind = ffi::ACL_MEMCPY_HOST_TO_DEVICE;
@@ -324,7 +341,13 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Blocks the calling thread until the device is done. It may be called inside a Tokio
     /// runtime (it never waits on the runtime, so it cannot deadlock it), but it holds a worker
     /// meanwhile: async code should use a stream operation (docs/architecture.md, "Blocking
-    /// calls inside a Tokio runtime").
+    /// calls inside a Tokio runtime"). As `Context::synchronize_blocking`, it is refused with
+    /// [`Error::InvalidArgument`] (argument `thread`) on npu-rs's own threads and under its
+    /// locks (a waker, a completion's release, a tracing subscriber's callback from inside an
+    /// ACL call npu-rs makes under one of its locks), since a synchronous `aclrtMemcpy` may
+    /// first wait for the device's running work (on the simulator, every task of the device
+    /// touching memory, a running kernel included), which that thread may be the one to let
+    /// finish; in a forked child it is [`Error::Forked`] (naming `aclrtMemcpy`).
     ///
     /// ```
     /// use npu_core::Device;
@@ -339,7 +362,9 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn copy_to_host_blocking(&self, dst: &mut [T]) -> Result<()> {
-        self.check_len("DeviceBuffer::copy_to_host_blocking", "dst", dst.len())?;
+        const API: &str = "DeviceBuffer::copy_to_host_blocking";
+        npu_core::refuse_blocking(crate::SEAL, "aclrtMemcpy", API)?;
+        self.check_len(API, "dst", dst.len())?;
         self.context.bind()?;
         let (src, bytes) = (self.ptr, self.byte_len());
         let kind = ffi::ACL_MEMCPY_DEVICE_TO_HOST;
@@ -362,7 +387,13 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Blocks the calling thread until the device is done. It may be called inside a Tokio
     /// runtime (it never waits on the runtime, so it cannot deadlock it), but it holds a worker
     /// meanwhile: async code should use a stream operation (docs/architecture.md, "Blocking
-    /// calls inside a Tokio runtime").
+    /// calls inside a Tokio runtime"). As `Context::synchronize_blocking`, it is refused with
+    /// [`Error::InvalidArgument`] (argument `thread`) on npu-rs's own threads and under its
+    /// locks (a waker, a completion's release, a tracing subscriber's callback from inside an
+    /// ACL call npu-rs makes under one of its locks), since a synchronous `aclrtMemcpy` may
+    /// first wait for the device's running work (on the simulator, every task of the device
+    /// touching memory, a running kernel included), which that thread may be the one to let
+    /// finish; in a forked child it is [`Error::Forked`] (naming `aclrtMemcpy`).
     ///
     /// ```
     /// use npu_core::Device;
@@ -374,6 +405,8 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn to_vec_blocking(&self) -> Result<Vec<T>> {
+        // Before the vector's allocation, naming the call the program made.
+        npu_core::refuse_blocking(crate::SEAL, "aclrtMemcpy", "DeviceBuffer::to_vec_blocking")?;
         let mut out = vec![T::zeroed(); self.len];
         self.copy_to_host_blocking(&mut out)?;
         Ok(out)

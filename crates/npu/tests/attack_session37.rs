@@ -57,6 +57,7 @@ fn child() {
         "fork under a lock" => a_child_forked_from_a_subscriber_under_a_submission_lock(),
         "fork under the runtime lock" => a_child_forked_from_a_subscriber_under_the_runtime_lock(),
         "synchronize in a waker" => a_context_synchronized_in_a_waker(),
+        "copies in a waker" => blocking_copies_in_a_waker(),
         "flush in a waker" => a_flush_in_a_waker_on_the_completing_thread(),
         other => panic!("no child case {other}"),
     }
@@ -886,6 +887,125 @@ fn a_context_synchronized_in_a_waker() {
             "{what}"
         );
         ctx.synchronize_blocking().unwrap();
+    }
+}
+
+/// What a waker's blocking copies answered: the thread it ran on, and each copy's API and
+/// answer.
+type Copied = (String, Vec<(&'static str, Result<(), Error>)>);
+
+/// A waker that, woken, makes every blocking copy npu-rs offers once (on `context`'s device,
+/// into and out of `buffer`, and a value word's), and sends what each answered.
+struct CopiesWhenWoken {
+    context: Context,
+    memory: Mutex<Option<(DeviceBuffer<u8>, npu::stream::ValueWord)>>,
+    told: Mutex<Option<std::sync::mpsc::Sender<Copied>>>,
+}
+
+impl std::task::Wake for CopiesWhenWoken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let (Some(told), Some((mut buffer, mut word))) = (
+            self.told.lock().unwrap().take(),
+            self.memory.lock().unwrap().take(),
+        ) else {
+            return;
+        };
+        let thread = std::thread::current().name().unwrap_or("").to_owned();
+        let copied = vec![
+            (
+                "DeviceBuffer::from_host_blocking",
+                DeviceBuffer::from_host_blocking(&self.context, &[1u8; 64]).map(drop),
+            ),
+            (
+                "DeviceBuffer::copy_from_host_blocking",
+                buffer.copy_from_host_blocking(&[2; 64]),
+            ),
+            (
+                "DeviceBuffer::copy_to_host_blocking",
+                buffer.copy_to_host_blocking(&mut [0; 64]),
+            ),
+            (
+                "DeviceBuffer::to_vec_blocking",
+                buffer.to_vec_blocking().map(drop),
+            ),
+            (
+                "ValueWord::new",
+                npu::stream::ValueWord::new(&self.context, 3).map(drop),
+            ),
+            ("ValueWord::read_blocking", word.read_blocking().map(drop)),
+        ];
+        let _ = told.send((thread, copied));
+    }
+}
+
+/// Promise: no npu-rs thread waits on device work, and a blocking call called back from code
+/// npu-rs runs on its own threads that may wait for it is refused, not made (rules 5 and 6),
+/// for the blocking copies (`DeviceBuffer::from_host_blocking`, `copy_from_host_blocking`,
+/// `copy_to_host_blocking`, `to_vec_blocking`, `ValueWord::new` and `read_blocking`: a
+/// synchronous `aclrtMemcpy`, which first waits for every task of its device touching memory,
+/// a running kernel included, as CANN's samples rely on): called from a waker that the
+/// completing thread wakes (every strategy) on device 0, each on memory of device 1 while a
+/// kernel runs there held at its gate, which the program opens once it has heard from the
+/// waker.
+///
+/// Outcome: **broke** (found by review): the waker's first copy waited on the completing
+/// thread for the gated kernel, which the program would only let finish after the waker
+/// returned (the child process hung; every operation that thread serves waited too). Fixed:
+/// each copy is refused at once with `InvalidArgument` naming it and `thread`, as
+/// `Context::synchronize_blocking` is; once the gate opens the kernel completes, and the same
+/// copies from the program's own thread are made.
+#[test]
+fn blocking_copies_in_a_waker_on_the_completing_thread_are_refused_not_hung() {
+    in_child_test("child", CHILD_ENV, "copies in a waker");
+}
+
+/// The child process's case of
+/// [`blocking_copies_in_a_waker_on_the_completing_thread_are_refused_not_hung`].
+fn blocking_copies_in_a_waker() {
+    let (_guard, ctx) = devices();
+    let far = Device::open(1).unwrap().primary_context().clone();
+    let (fill, gated) = (gated_fill(&far), Stream::new(&far).unwrap());
+    for strategy in STRATEGIES {
+        let what = format!("{strategy:?}");
+        let s = stream(&ctx, strategy);
+        // Made before the kernel runs: their own copies would wait for it.
+        let memory = (dev(&far, 64), npu::stream::ValueWord::new(&far, 9).unwrap());
+        let (running, ()) = a_held_fill_and_behind_it(&far, &gated, &fill, &what, || ());
+        let (told, heard) = std::sync::mpsc::channel();
+        let waker = std::task::Waker::from(Arc::new(CopiesWhenWoken {
+            context: far.clone(),
+            memory: Mutex::new(Some(memory)),
+            told: Mutex::new(Some(told)),
+        }));
+        let held = sim::hold(&ctx.device()).unwrap();
+        let mut memset = s.memset(dev(&ctx, 64), 5);
+        assert!(
+            polled_with(Pin::new(&mut memset), &waker).is_pending(),
+            "{what}: held"
+        );
+        drop(waker);
+        held.release().unwrap();
+        let (thread, copied) = heard
+            .recv_timeout(HANG)
+            .unwrap_or_else(|_| panic!("{what}: the waker was not woken, or its copy hung"));
+        assert!(thread.starts_with("npu-"), "{what}: woken on {thread:?}");
+        assert_eq!(copied.len(), 6, "{what}");
+        for (api, answer) in copied {
+            let err = answer.expect_err("the copy was made on npu-rs's thread");
+            assert_eq!(invalid(&err), (api, "thread"), "{what}, on {thread}");
+        }
+        set_gate(|gate| gate.1 = true);
+        assert_eq!(
+            run(running).unwrap().0.to_vec_blocking().unwrap(),
+            [0x5B; 256]
+        );
+        let mut buffer = run(memset).unwrap();
+        buffer.copy_from_host_blocking(&[6; 64]).unwrap();
+        assert_eq!(buffer.to_vec_blocking().unwrap(), [6; 64], "{what}");
     }
 }
 

@@ -45,7 +45,9 @@ pub struct ValueWord<M = DeviceBuffer<u64>> {
 
 impl ValueWord {
     /// Allocates a word on `context`'s device holding `initial` (a blocking copy, as
-    /// [`DeviceBuffer::from_host_blocking`] makes).
+    /// [`DeviceBuffer::from_host_blocking`] makes, refused where that is: with
+    /// [`Error::InvalidArgument`] (argument `thread`) on npu-rs's own threads and under its
+    /// locks, [`Error::Forked`] in a forked child).
     ///
     /// ```
     /// use npu_core::Device;
@@ -56,13 +58,17 @@ impl ValueWord {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn new(context: &Context, initial: u64) -> Result<Self> {
+        npu_core::refuse_blocking(crate::SEAL, "aclrtMemcpy", "ValueWord::new")?;
         let memory = DeviceBuffer::from_host_blocking(context, &[initial])?;
         Ok(ValueWord { memory })
     }
 
     /// The word's current value (a blocking copy to the host). `&mut self` makes it ordered
     /// after every value operation on the word: none can be queued while the word is borrowed
-    /// exclusively.
+    /// exclusively. Refused as [`DeviceBuffer::copy_to_host_blocking`] is: with
+    /// [`Error::InvalidArgument`] (argument `thread`) on npu-rs's own threads and under its
+    /// locks, where the copy may wait for the device's running work that thread would let
+    /// finish; [`Error::Forked`] in a forked child.
     ///
     /// ```
     /// use npu_core::Device;
@@ -78,6 +84,7 @@ impl ValueWord {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn read_blocking(&mut self) -> Result<u64> {
+        npu_core::refuse_blocking(crate::SEAL, "aclrtMemcpy", "ValueWord::read_blocking")?;
         let mut value = [0];
         self.memory.copy_to_host_blocking(&mut value)?;
         Ok(value[0])
