@@ -459,9 +459,12 @@ fn an_allocation_dropped_while_the_device_is_held_gives_its_block_back() {
     }
 }
 
-/// Its own device: losing one is for good.
+/// Its own device: losing one is for good. A lost device would fail the caching backend's
+/// allocations too: the fallback is for a runtime that cannot make a pool, and a pool on a lost
+/// device is the device's error, forced or not (before, the unforced one fell back and was
+/// made).
 #[test]
-fn a_runtime_pool_that_cannot_be_created_falls_back_unless_forced() {
+fn a_runtime_pool_on_a_lost_device_is_the_devices_error_forced_or_not() {
     let (_device, _) = exclusive_device0();
     let ctx = common::in_process()
         .device(1)
@@ -469,13 +472,8 @@ fn a_runtime_pool_that_cannot_be_created_falls_back_unless_forced() {
         .primary_context()
         .clone();
     control::lose_device(1).unwrap();
-    let pool = DevicePool::new(&ctx).unwrap();
-    assert_eq!(pool.backend(), DevicePoolBackend::Caching);
-    let reason = pool.backend_reason();
-    assert!(
-        reason.contains("creating a runtime pool failed"),
-        "{reason}"
-    );
+    let unforced = DevicePool::new(&ctx).unwrap_err();
+    assert!(unforced.is_device_lost(), "{unforced}");
     let forced = DevicePool::builder(&ctx)
         .backend(DevicePoolBackend::RuntimePool)
         .build()

@@ -1284,16 +1284,20 @@ fn a_cancelled_reserve_gives_its_room_back() {
 /// lock (the simulator's report of `aclrtDeviceEnablePeerAccess` refused for a lost peer):
 /// the child's one thread holds that lock. In the child: opening a device, enabling peer
 /// access, looking it up, a new stream, a device and a pinned buffer, a device pool (of the
-/// default backend, and of the caching one, which makes no runtime call to be made, with an
-/// allocation on a stream made before the fork), the context's synchronisation,
+/// default backend, and of each backend forced: the caching one makes no runtime call to be
+/// made), the context's synchronisation,
 /// `wait_for_teardowns`, `Runtime::global` (made before the fork), then every handle dropped.
 ///
 /// Outcome: **broke**: `DevicePool::new` returned a pool: its runtime pool refused as forked,
 /// it fell back to the caching backend (`backend_reason` "creating a runtime pool failed"),
 /// a pool whose every allocation is refused. Fixed: `Error::Forked`, as every call that
-/// reaches the runtime there is; a caching pool is still made (host state alone) and its
-/// allocation is `Error::Forked`. Every other call is `Error::Forked` at once (the look finds
-/// no access, the global runtime is the parent's), and the drops return.
+/// reaches the runtime there is. Then (found by review) a pool forced to the caching backend
+/// was still made there, and so was the default one on a runtime without the pool API (the
+/// plan picks the caching backend before any runtime call), each a pool whose every
+/// allocation is refused; the device pool's construction now refuses a forked child first,
+/// for every backend: `Error::Forked` for each (it failed for the forced caching pool
+/// before). Every other call is `Error::Forked` at once (the look finds no access, the
+/// global runtime is the parent's), and the drops return.
 #[test]
 fn every_call_in_a_child_forked_under_the_runtime_lock_is_refused_as_forked() {
     in_child_test("child", CHILD_ENV, "fork under the runtime lock");
@@ -1314,7 +1318,6 @@ fn a_child_forked_from_a_subscriber_under_the_runtime_lock() {
     let global = npu::Runtime::global().unwrap();
     sim::lose(&d3).unwrap();
     let (child_ctx, child_d0, child_d1) = (ctx.clone(), d0.clone(), d1.clone());
-    let child_stream = Stream::new(&ctx).unwrap();
     let check = Box::new(move || {
         assert_forked(&Device::open(0).unwrap_err());
         assert_forked(&child_d0.enable_peer_access(&child_d1).unwrap_err());
@@ -1323,11 +1326,12 @@ fn a_child_forked_from_a_subscriber_under_the_runtime_lock() {
         assert_forked(&DeviceBuffer::<u8>::new(&child_ctx, 16).unwrap_err());
         assert_forked(&PinnedBuffer::<u8>::new(&child_ctx, 16).unwrap_err());
         assert_forked(&DevicePool::new(&child_ctx).unwrap_err());
-        // A pool of the backend that makes no runtime call to be made works; its allocations
-        // are refused.
-        let caching = device_pool(&child_ctx, DevicePoolBackend::Caching, None);
-        assert_forked(&run(caching.alloc::<u8>(&child_stream, 64)).unwrap_err());
-        drop((caching, child_stream));
+        // A pool of the backend that makes no runtime call to be made is refused too: its
+        // every allocation would be.
+        for backend in [DevicePoolBackend::Caching, DevicePoolBackend::RuntimePool] {
+            let refused = DevicePool::builder(&child_ctx).backend(backend).build();
+            assert_forked(&refused.unwrap_err());
+        }
         assert_forked(&child_ctx.synchronize_blocking().unwrap_err());
         assert_forked(&npu::runtime::wait_for_teardowns(HANG).unwrap_err());
         assert!(npu::Runtime::global().unwrap().same_library(&global));

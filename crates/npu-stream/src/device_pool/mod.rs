@@ -164,16 +164,19 @@ impl DevicePoolBuilder {
         self
     }
 
-    /// Creates the pool: the runtime pool when the runtime exports `aclrtMemPool*` and
-    /// creating one succeeds, otherwise the caching allocator (unless a backend was forced).
-    /// Nothing is allocated until the first request.
+    /// Creates the pool: the runtime pool when the runtime exports `aclrtMemPool*` and can
+    /// make one, otherwise the caching allocator (unless a backend was forced). Nothing is
+    /// allocated until the first request.
     ///
     /// Errors: a capacity under one 4 KiB block is an [`Error::InvalidArgument`] of
     /// `DevicePoolBuilder::build` naming the `capacity` it was given; a forced
     /// runtime pool on a runtime without the API is [`Error::Unsupported`], and its creation
-    /// failing is that ACL error. In a forked child (`npu_core::forked`) a runtime pool is
-    /// [`Error::Forked`], forced or not (a pool of the caching backend, which makes no runtime
-    /// call to be made, is made, and its every allocation refused so).
+    /// failing is that ACL error. Unforced, only a creation failing because the runtime cannot
+    /// make a pool (`Error::Unsupported`, or a feature-not-supported code: 207000, 200001,
+    /// 200006) falls back to the caching allocator; any other failure (a lost device, say)
+    /// would fail its allocations too, and is returned. In a forked child (`npu_core::forked`)
+    /// it is [`Error::Forked`] whatever the backend, forced or planned (a caching pool would
+    /// make no runtime call to be made, but its every allocation would be refused).
     ///
     /// ```
     /// use npu_core::Device;

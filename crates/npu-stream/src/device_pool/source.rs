@@ -76,6 +76,22 @@ fn plan(api: &AclApi, forced: Option<DevicePoolBackend>) -> Result<Plan> {
     }
 }
 
+/// Whether `err`, from creating a runtime pool, says that this runtime or device cannot make
+/// one (a function it does not export, a feature its driver or chip lacks), which the caching
+/// backend stands in for. Any other failure (a lost device, a forked child, memory) would fail
+/// the caching backend's allocations too, and is the caller's to hear.
+fn cannot_make_a_pool(err: &Error) -> bool {
+    matches!(err, Error::Unsupported { .. })
+        || err.acl_code().is_some_and(|code| {
+            [
+                ffi::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                ffi::ACL_ERROR_API_NOT_SUPPORT,
+                ffi::ACL_ERROR_FEATURE_UNSUPPORTED,
+            ]
+            .contains(&code.0)
+        })
+}
+
 /// The runtime's counters for the pool (`aclrtMemPoolGetAttr`), in bytes.
 ///
 /// They are the runtime's own accounting, not the blocks' sizes that
@@ -173,6 +189,10 @@ impl DeviceSource {
     /// The source the builder asked for: `Some` forces a backend, `None` takes the runtime pool
     /// when the runtime exports its API and creating one succeeds.
     pub(crate) fn new(context: Context, forced: Option<DevicePoolBackend>) -> Result<Self> {
+        // Whatever the plan: a pool of the caching backend makes no runtime call to be made
+        // (on a runtime without the pool API too), but every allocation from it would be
+        // refused in the child all the same.
+        npu_core::fork::refuse(crate::SEAL, "DevicePoolBuilder::build")?;
         let caching = |reason: String| DeviceSource {
             context: context.clone(),
             backend: Backend::Caching,
@@ -194,10 +214,7 @@ impl DeviceSource {
                 backend: Backend::Runtime(pool),
                 returns: Returns::new(),
             }),
-            // In a forked child the runtime pool is refused as every call reaching the runtime
-            // is: the child is told so, not handed a pool of the other backend whose every
-            // allocation is refused all the same.
-            Err(err) if !force && !matches!(err, Error::Forked { .. }) => {
+            Err(err) if !force && cannot_make_a_pool(&err) => {
                 Ok(caching(format!("creating a runtime pool failed ({err})")))
             }
             Err(err) => Err(err),
@@ -723,6 +740,31 @@ mod tests {
             plan(&api, Some(DevicePoolBackend::Caching)).unwrap(),
             Plan::Caching(_)
         ));
+    }
+
+    #[test]
+    fn only_a_runtime_that_cannot_make_a_pool_falls_back() {
+        let acl =
+            |code| npu_core::AclError::new("aclrtMemPoolCreate", npu_core::AclCode(code), None);
+        for falls_back in [
+            Error::Unsupported {
+                api: "aclrtMemPoolCreate",
+            },
+            Error::from(acl(ffi::ACL_ERROR_RT_FEATURE_NOT_SUPPORT)),
+            Error::from(acl(ffi::ACL_ERROR_API_NOT_SUPPORT)),
+            Error::from(acl(ffi::ACL_ERROR_FEATURE_UNSUPPORTED)),
+        ] {
+            assert!(cannot_make_a_pool(&falls_back), "{falls_back}");
+        }
+        for returned in [
+            Error::Forked {
+                api: "aclrtMemPoolCreate",
+            },
+            Error::from(acl(ffi::ACL_ERROR_RT_LOST_HEARTBEAT)),
+            Error::from(acl(ffi::ACL_ERROR_RT_MEMORY_ALLOCATION)),
+        ] {
+            assert!(!cannot_make_a_pool(&returned), "{returned}");
+        }
     }
 
     fn range(addr: usize, len: usize) -> ffi::aclrtMemUceInfo {
