@@ -1,9 +1,9 @@
 //! Attacks of the thirty-seventh session through the `npu` facade, on the last session's new
 //! code first: blocking waits (`Completion::wait_blocking`, a `BlockingWaiter`'s bounded wait,
-//! and `Context::synchronize_blocking`) and a flush of the reaper (`npu::sim::flush_releases`)
-//! from the wakers a pool's return path runs on the reaper and from wakers on the completing
-//! threads, and the same waits on threads of the program's own where they must still be
-//! made; waits in children forked from a waker and from a subscriber's callback under a
+//! `Context::synchronize_blocking` and the blocking copies beside a running kernel) and a
+//! flush of the reaper (`npu::sim::flush_releases`) from the wakers a pool's return path runs
+//! on the reaper and from wakers on the completing threads, and the same waits on threads of
+//! the program's own where they must still be made; waits in children forked from a waker and from a subscriber's callback under a
 //! submission lock; a device pool's `allocating` room across cancelled, failed and orphaned
 //! allocations, pinned allocations failed by racing host faults, and a pool request of a
 //! Tokio runtime dropped as its block returns; cross-device copies while their peer access's
@@ -254,7 +254,8 @@ fn blocking_waits_in_a_pools_wakers_on_the_reaper() {
 /// subscriber's callback for an event of the program's own outside any npu-rs call, and from
 /// a waker that the program wakes on a thread of its own; each released by the test (the
 /// device, or the notify the operation waits on) once the waiting thread has made a bounded
-/// wait (1 ms) that runs out while the device holds the operation.
+/// wait (1 ms) that runs out while the operation is pending (the device holds it, or the
+/// notify is not set yet): a refusal there would answer that wait, not run it out.
 ///
 /// Outcome: held. Every wait is made (the bounded ones run out, none is refused) and returns
 /// `Ok` once the device is released or the notify set.
@@ -297,13 +298,15 @@ fn blocking_waits_on_the_programs_own_threads_are_made() {
         let held = sim::hold(&ctx.device()).unwrap();
         let op = s.memset(dev(&ctx, 64), 1);
         let done = op.completion().clone();
-        let tokio = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .build()
-            .unwrap();
+        let tokio = ShutDownWithin(Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .build()
+                .unwrap(),
+        ));
         let waiter = done.blocking_waiter();
         let (started, start) = std::sync::mpsc::channel();
-        let blocking = tokio.spawn_blocking(move || {
+        let blocking = tokio.runtime().spawn_blocking(move || {
             // Runs out (the device holds the operation): made, not refused.
             assert!(
                 waiter.wait_for(MADE).is_none(),
@@ -338,23 +341,68 @@ fn blocking_waits_on_the_programs_own_threads_are_made() {
         emitting.join().unwrap();
         run(op).unwrap();
 
-        // From a waker the program wakes on a thread of its own.
-        let (setting, notify, pending, complete) = a_pending_and_a_complete_operation(&ctx);
-        let (waker, refused) = WaitsWhenWoken::waker(pending.completion(), &complete);
+        // From a waker the program wakes on a thread of its own: its bounded wait runs out
+        // before the notify is set, so its unbounded one is made while the operation is
+        // still pending.
+        let (setting, notify, pending, _) = a_pending_and_a_complete_operation(&ctx);
         let done = pending.completion().clone();
-        let waits = std::thread::spawn(move || {
-            waker.wake_by_ref();
-            let heard = refused.recv().unwrap();
-            (heard.unbounded.is_ok(), done.wait_blocking())
-        });
-        run(setting.record_notify(&notify)).unwrap();
-        let (first, second) = waits.join().unwrap();
+        let (told, heard) = std::sync::mpsc::channel();
+        let waker = std::task::Waker::from(Arc::new(CallsWhenWoken::new(move || {
+            let _ = told.send(done.blocking_waiter().wait_for(MADE));
+            let _ = told.send(Some(done.wait_blocking()));
+        })));
+        let waking = std::thread::spawn(move || waker.wake());
+        let bounded = heard.recv_timeout(HANG).expect("the waker was not woken");
         assert!(
-            first,
-            "{what}: a program's own waker, woken on its own thread, may wait"
+            bounded.is_none(),
+            "{what}: a program's own waker's bounded wait runs out, made: {bounded:?}"
         );
-        assert!(second.is_ok(), "{what}: {second:?}");
+        run(setting.record_notify(&notify)).unwrap();
+        let waited = heard.recv_timeout(HANG).expect("the waker's wait hung");
+        assert!(matches!(waited, Some(Ok(()))), "{what}: {waited:?}");
+        // Bounded: the waker has sent its last answer, and the thread only returns.
+        waking.join().unwrap();
         run(pending).unwrap();
+    }
+}
+
+/// A Tokio runtime shut down within [`HANG`] as it is dropped, in a panic's unwind too: a
+/// plain drop waits for its blocking tasks, which may wait for a device the test holds.
+struct ShutDownWithin(Option<tokio::runtime::Runtime>);
+
+impl ShutDownWithin {
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        self.0.as_ref().expect("shut down only as it is dropped")
+    }
+}
+
+impl Drop for ShutDownWithin {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_timeout(HANG);
+        }
+    }
+}
+
+/// A waker that, woken, calls its function once.
+struct CallsWhenWoken(Mutex<Option<Box<dyn FnOnce() + Send>>>);
+
+impl CallsWhenWoken {
+    fn new(call: impl FnOnce() + Send + 'static) -> CallsWhenWoken {
+        CallsWhenWoken(Mutex::new(Some(Box::new(call))))
+    }
+}
+
+impl std::task::Wake for CallsWhenWoken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let call = self.0.lock().unwrap().take();
+        if let Some(call) = call {
+            call();
+        }
     }
 }
 
