@@ -334,11 +334,11 @@ impl Context {
     /// deadlock it), but it holds a worker meanwhile: in async code, await a stream's
     /// `synchronize()` from npu-stream instead (docs/architecture.md, "Blocking calls inside
     /// a Tokio runtime"). As `Completion::wait_blocking`, it is refused with
-    /// [`Error::InvalidArgument`] (argument `thread`) on npu-rs's own threads and under its
-    /// locks (a waker, a completion's release, a tracing subscriber's callback from inside an
-    /// ACL call npu-rs makes under one of its locks), where the thread may be the one that would
-    /// let the work finish; in a forked child it is [`Error::Forked`] naming
-    /// `aclrtSynchronizeDevice`, on any thread.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) (argument `thread`) on
+    /// npu-rs's own threads and under its locks (a waker, a completion's release, a tracing
+    /// subscriber's callback from inside an ACL call npu-rs makes under one of its locks),
+    /// where the thread may be the one that would let the work finish; in a forked child it is
+    /// [`Error::Forked`](crate::Error::Forked) naming `aclrtSynchronizeDevice`, on any thread.
     ///
     /// ```
     /// use npu_core::{AclCode, Device};
