@@ -672,7 +672,8 @@ impl std::task::Wake for ForksWhenWoken {
 /// completing thread wakes (the reactor, a callback worker, a blocking waiter's thread: every
 /// strategy), waiting for an operation made before the fork and pending there (a wait on a
 /// notify), with `Completion::wait_blocking`, a `BlockingWaiter`'s bounded wait and a look,
-/// and `wait_for_teardowns`.
+/// `wait_for_teardowns`, and the blocking copies (`to_vec_blocking`, `from_host_blocking`:
+/// `Error::Forked` naming `aclrtMemcpy`, not their thread's refusal).
 ///
 /// Outcome: **broke**: the bounded wait was refused with `InvalidArgument` (argument
 /// `thread`: the child's one thread was the parent's completing thread) where
@@ -692,9 +693,19 @@ fn waits_in_a_child_forked_from_a_waker() {
         let s = stream(&ctx, strategy);
         let (setting, notify, pending, _) = a_pending_and_a_complete_operation(&ctx);
         let done = pending.completion().clone();
-        let child_ctx = ctx.clone();
+        let (child_ctx, child_buffer) = (ctx.clone(), dev(&ctx, 64));
         let check = Box::new(move || {
             assert_forked(&child_ctx.synchronize_blocking().unwrap_err());
+            // The copy's own refusal there, before the thread's.
+            for copied in [
+                child_buffer.to_vec_blocking().map(drop),
+                DeviceBuffer::from_host_blocking(&child_ctx, &[1u8]).map(drop),
+            ] {
+                match copied {
+                    Err(Error::Forked { api }) => assert_eq!(api, "aclrtMemcpy"),
+                    other => panic!("a blocking copy in the child: {other:?}"),
+                }
+            }
             let waiter = done.blocking_waiter();
             assert_forked(
                 &waiter
