@@ -219,23 +219,30 @@ impl Launch {
                 }
             }
         };
-        let run_blocks = || {
+        // Every block runs, as on the device, and the lowest trapping one is reported, however
+        // the blocks are spread over threads.
+        let sequential = || {
             (0..blocks)
-                .into_par_iter()
                 .map(|block| (block, call(block)))
                 .filter(|&(_, status)| status != 0)
                 .min_by_key(|&(block, _)| block)
         };
-        let trap = if blocks == 1 {
-            Some((0, call(0))).filter(|&(_, status)| status != 0)
+        let cores = if blocks > 1 {
+            device_cores(self.function.device)
         } else {
-            match device_cores(self.function.device) {
-                Some(cores) => cores.install(run_blocks),
-                // No threads could be had for the device: its blocks run one after another.
-                None => (0..blocks)
+            None
+        };
+        let trap = match cores {
+            Some(cores) => cores.install(|| {
+                (0..blocks)
+                    .into_par_iter()
                     .map(|block| (block, call(block)))
-                    .find(|&(_, status)| status != 0),
-            }
+                    .filter(|&(_, status)| status != 0)
+                    .min_by_key(|&(block, _)| block)
+            }),
+            // One block, or no threads could be had for the device (tried again at its next
+            // launch): the blocks run one after another on the stream's worker.
+            None => sequential(),
         };
         match trap {
             None => Ok(()),
@@ -257,22 +264,27 @@ impl Launch {
     }
 }
 
-/// The host threads that run the blocks of device `device`'s kernels (as many as the host has
-/// cores), made at its first launch of more than one block; `None` if the system refused them.
+/// The host threads that run the blocks of device `device`'s kernels, made at its first launch
+/// of more than one block; `None` if the system refused them (not remembered: the next launch
+/// tries again). As many threads as rayon's default: the host's cores, or
+/// `RAYON_NUM_THREADS`.
 ///
 /// One pool per device, as each NPU has AI cores of its own: with one pool for all devices, a
 /// kernel whose blocks wait for another device's kernel (a collective waiting for its peer's
 /// flag, a test holding a kernel) took every thread, and the kernel it waited for never ran.
 /// Kernels of one device share its pool, as they share its cores.
 fn device_cores(device: i32) -> Option<&'static rayon::ThreadPool> {
-    static POOLS: [OnceLock<Option<rayon::ThreadPool>>; crate::config::MAX_DEVICES as usize] =
+    static POOLS: [OnceLock<rayon::ThreadPool>; crate::config::MAX_DEVICES as usize] =
         [const { OnceLock::new() }; crate::config::MAX_DEVICES as usize];
-    let pool = POOLS.get(usize::try_from(device).ok()?)?;
-    pool.get_or_init(|| {
-        rayon::ThreadPoolBuilder::new()
-            .thread_name(move |core| format!("npusim-dev{device}-core{core}"))
-            .build()
-            .ok()
-    })
-    .as_ref()
+    // A function's device is one the simulator made, below MAX_DEVICES.
+    let slot = POOLS.get(usize::try_from(device).ok()?)?;
+    if let Some(pool) = slot.get() {
+        return Some(pool);
+    }
+    let built = rayon::ThreadPoolBuilder::new()
+        .thread_name(move |core| format!("npusim-dev{device}-core{core}"))
+        .build()
+        .ok()?;
+    // Another launch may have made the device's pool meanwhile: then this one is let go.
+    Some(slot.get_or_init(|| built))
 }
