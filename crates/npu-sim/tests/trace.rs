@@ -120,4 +120,24 @@ fn the_trace_has_one_track_per_stream_with_named_sized_tasks() {
         .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
         .count();
     assert_eq!(named_tracks, streams.len());
+
+    // npusimTraceEnable takes its path as the bytes it is: a Linux path need not be UTF-8
+    // (refused with 107000 before).
+    use std::os::unix::ffi::OsStrExt;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(std::ffi::OsStr::from_bytes(b"npu-sim-trace-\xff-not-utf8"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bytes_path = dir.join("trace.json");
+    let c_path = std::ffi::CString::new(bytes_path.as_os_str().as_bytes()).unwrap();
+    acl!(npusimTraceEnable(c_path.as_ptr()));
+    assert_eq!(
+        npu_sim::trace::flush().unwrap().as_deref(),
+        Some(bytes_path.as_path())
+    );
+    npu_sim::trace::disable();
+    assert!(
+        bytes_path.is_file(),
+        "the trace was written under the non-UTF-8 path"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -6,7 +6,7 @@ use std::ffi::c_char;
 
 use npu_sys::*;
 
-use super::check::{c_str, c_str_or, optional};
+use super::check::{c_path, c_str, c_str_or, optional};
 use crate::config::{SimConfig, TimingModel};
 use crate::control::*;
 use crate::error::{Res, fail, guard, non_null, write_out};
@@ -359,7 +359,7 @@ pub unsafe extern "C" fn npusimGetTimeNs(deviceId: i32, ns: *mut u64) -> aclErro
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn npusimTraceEnable(path: *const c_char) -> aclError {
     guard("npusimTraceEnable", || {
-        crate::trace::enable(c_str(path, "path")?);
+        crate::trace::enable(c_path(path, "path")?);
         Ok(())
     })
 }
