@@ -215,8 +215,11 @@ impl Device {
         Device::open_on(&Runtime::global_for(API)?, id, API)
     }
 
-    /// The number of devices visible to the [global runtime](Runtime::global); its refusals
-    /// name `Device::count`, as [`open`](Device::open)'s name `Device::open`.
+    /// The number of devices visible to the [global runtime](Runtime::global). When the global
+    /// runtime is refused to this thread (called back while it is being made or while ACL is
+    /// initialised) or in a forked child, the error names `Device::count`, as
+    /// [`open`](Device::open)'s names `Device::open`; a runtime that could not be made gives
+    /// its own error, and a failure of the runtime's count names `aclrtGetDeviceCount`.
     ///
     /// ```
     /// use npu_core::Device;

@@ -161,12 +161,13 @@ impl Stream {
     }
 }
 
-/// An argument error of a call a staged copy makes on its caller's behalf (the pool's
-/// allocation, a device buffer's, the device copy between the staging block and the caller's
-/// memory), as the caller's: named after the API the caller called and, through `argument`,
-/// the argument of theirs the inner one stands for. To the caller a staged copy is one call, so
-/// an error naming `PinnedPool::alloc` or `Stream::copy_h2d`, and their `len` or `src`, would
-/// name an API they never called. Other errors (the runtime's, a device fault, an abort) name
+/// An argument error of a call an operation makes on its caller's behalf, as the caller's:
+/// named after the API the caller called and, through `argument`, the argument of theirs the
+/// inner one stands for. A staged copy's calls (the pool's allocation, a device buffer's, the
+/// device copy between the staging block and the caller's memory) and `Stream::timed`'s event
+/// records are such calls: to the caller the operation is one call, so an error naming
+/// `PinnedPool::alloc`, `Stream::copy_h2d` or `Event::record`, and their `len`, `src` or
+/// `stream`, would name an API they never called. Other errors (the runtime's, a device fault, an abort) name
 /// the ACL function that failed, which is what happened, and are kept as they are.
 pub(crate) fn as_callers(
     error: Error,
