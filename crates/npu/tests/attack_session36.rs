@@ -980,65 +980,6 @@ fn flushed_in_a_callback<R>(targets: &'static [&'static str], call: impl FnOnce(
     result
 }
 
-/// What a blocking wait's caller heard, on the thread it ran on: `Completion::wait_blocking`
-/// and a `BlockingWaiter`'s bounded wait for a pending operation, the waiter's look without a
-/// wait, and `wait_blocking` for an operation already complete.
-struct Heard {
-    thread: String,
-    unbounded: Result<(), Error>,
-    bounded: Option<Result<(), Error>>,
-    looked: Option<Result<(), Error>>,
-    complete: Result<(), Error>,
-}
-
-/// Makes every wait of [`Heard`] on this thread: for `pending`, and for `complete`.
-fn blocking_waits(pending: &Completion, complete: &Completion) -> Heard {
-    let waiter = pending.blocking_waiter();
-    Heard {
-        thread: std::thread::current().name().unwrap_or("").to_owned(),
-        unbounded: pending.wait_blocking(),
-        bounded: waiter.wait_for(HANG),
-        looked: waiter.wait_for(std::time::Duration::ZERO),
-        complete: complete.wait_blocking(),
-    }
-}
-
-/// Checks that the waits for the pending operation were refused by name (argument `thread`),
-/// not made, that the look said pending, and that the complete operation's result came back.
-fn refused_not_waited(heard: Heard, what: &str) {
-    let thread = &heard.thread;
-    let refused = |answer: Result<(), Error>, api: &str| match answer {
-        Err(err) => assert_eq!(invalid(&err), (api, "thread"), "{what}, on {thread}"),
-        Ok(()) => panic!("{what}: on {thread}, the pending operation's wait returned Ok"),
-    };
-    refused(heard.unbounded, "Completion::wait_blocking");
-    let bounded = heard.bounded.expect("refused, not timed out");
-    refused(bounded, "BlockingWaiter::wait_for");
-    assert!(heard.looked.is_none(), "{what}: still pending");
-    assert!(heard.complete.is_ok(), "{what}: {:?}", heard.complete);
-}
-
-/// A waker that, woken, makes [`blocking_waits`] for its pair of operations once, and sends
-/// what it heard.
-struct WaitsWhenWoken {
-    pending: Completion,
-    complete: Completion,
-    told: Mutex<Option<std::sync::mpsc::Sender<Heard>>>,
-}
-
-impl std::task::Wake for WaitsWhenWoken {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        let Some(told) = self.told.lock().unwrap().take() else {
-            return;
-        };
-        let _ = told.send(blocking_waits(&self.pending, &self.complete));
-    }
-}
-
 /// Promise: no npu-rs wait called back from code npu-rs runs on its own threads waits for the
 /// thread it runs on (rules 5 and 6): `Completion::wait_blocking` and a `BlockingWaiter`'s
 /// bounded wait, called from a waker that the completing thread wakes (the reactor, a callback
@@ -1068,12 +1009,7 @@ fn blocking_waits_in_a_waker_on_the_completing_thread() {
         let held = sim::hold(&ctx.device()).unwrap();
         let mut first = s.memset(dev(&ctx, 64), 6);
         let behind = s.wait_notify(&notify);
-        let (told, heard) = std::sync::mpsc::channel();
-        let waker = std::task::Waker::from(Arc::new(WaitsWhenWoken {
-            pending: behind.completion().clone(),
-            complete: first.completion().clone(),
-            told: Mutex::new(Some(told)),
-        }));
+        let (waker, heard) = WaitsWhenWoken::waker(behind.completion(), first.completion(), false);
         let polled = std::future::Future::poll(
             std::pin::Pin::new(&mut first),
             &mut std::task::Context::from_waker(&waker),

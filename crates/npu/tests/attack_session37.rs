@@ -64,88 +64,6 @@ fn child() {
     println!("CHILD OK");
 }
 
-/// What a blocking wait made where a test's callback ran heard.
-struct Heard {
-    /// The name of the thread the callback ran on.
-    thread: String,
-    /// `wait_blocking` for the pending operation.
-    unbounded: Result<(), Error>,
-    /// A `BlockingWaiter`'s bounded wait for it.
-    bounded: Option<Result<(), Error>>,
-    /// A zero-timeout look at it.
-    looked: Option<Result<(), Error>>,
-    /// `wait_blocking` for an operation already complete.
-    complete: Result<(), Error>,
-}
-
-/// Flushes the reaper, then makes every blocking wait for `pending` (not complete) and
-/// `complete`, and says what each answered.
-fn flush_and_wait(pending: &Completion, complete: &Completion) -> Heard {
-    sim::flush_releases();
-    let waiter = pending.blocking_waiter();
-    Heard {
-        thread: std::thread::current().name().unwrap_or("").to_owned(),
-        unbounded: pending.wait_blocking(),
-        bounded: waiter.wait_for(HANG),
-        looked: waiter.wait_for(std::time::Duration::ZERO),
-        complete: complete.wait_blocking(),
-    }
-}
-
-/// Checks that the waits for the pending operation were refused by name (argument `thread`),
-/// not made, that the look said pending, and that the complete operation's result came back.
-fn refused_not_waited(heard: Heard, what: &str) {
-    let thread = &heard.thread;
-    let refused = |answer: Result<(), Error>, api: &str| match answer {
-        Err(err) => assert_eq!(invalid(&err), (api, "thread"), "{what}, on {thread}"),
-        Ok(()) => panic!("{what}: on {thread}, the pending operation's wait returned Ok"),
-    };
-    refused(heard.unbounded, "Completion::wait_blocking");
-    refused(
-        heard.bounded.expect("refused, not timed out"),
-        "BlockingWaiter::wait_for",
-    );
-    assert!(heard.looked.is_none(), "{what}: still pending");
-    assert!(heard.complete.is_ok(), "{what}: {:?}", heard.complete);
-}
-
-/// A waker that, woken, flushes the reaper and makes [`flush_and_wait`]'s waits for its pair
-/// of operations once, and sends what it heard.
-struct WaitsWhenWoken {
-    pending: Completion,
-    complete: Completion,
-    told: Mutex<Option<std::sync::mpsc::Sender<Heard>>>,
-}
-
-impl WaitsWhenWoken {
-    /// A waker for `pending` and `complete`, and where what it hears arrives.
-    fn waker(
-        pending: &Completion,
-        complete: &Completion,
-    ) -> (std::task::Waker, std::sync::mpsc::Receiver<Heard>) {
-        let (told, heard) = std::sync::mpsc::channel();
-        let waker = std::task::Waker::from(Arc::new(WaitsWhenWoken {
-            pending: pending.clone(),
-            complete: complete.clone(),
-            told: Mutex::new(Some(told)),
-        }));
-        (waker, heard)
-    }
-}
-
-impl std::task::Wake for WaitsWhenWoken {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        let Some(told) = self.told.lock().unwrap().take() else {
-            return;
-        };
-        let _ = told.send(flush_and_wait(&self.pending, &self.complete));
-    }
-}
-
 /// Polls `future` once with `waker`.
 fn polled_with<F: std::future::Future + ?Sized>(
     future: Pin<&mut F>,
@@ -210,7 +128,7 @@ fn blocking_waits_in_a_pools_wakers_on_the_reaper() {
         assert!(polled_once(Pin::new(&mut memset)).is_pending(), "{what}");
         drop(memset);
         let mut queued = Box::pin(pool.alloc::<u8>(&s, BLOCK));
-        let (waker, heard) = WaitsWhenWoken::waker(pending.completion(), &done);
+        let (waker, heard) = WaitsWhenWoken::waker(pending.completion(), &done, true);
         assert!(polled_with(queued.as_mut(), &waker).is_pending(), "{what}");
         assert_eq!(pool.stats().cache.waiters, 1, "{what}: queued");
         drop(waker);
@@ -228,7 +146,7 @@ fn blocking_waits_in_a_pools_wakers_on_the_reaper() {
         assert!(polled_once(Pin::new(&mut memset)).is_pending(), "{what}");
         drop(memset);
         let mut settling = pool.settled();
-        let (waker, heard) = WaitsWhenWoken::waker(pending.completion(), &done);
+        let (waker, heard) = WaitsWhenWoken::waker(pending.completion(), &done, true);
         assert!(
             polled_with(Pin::new(&mut settling), &waker).is_pending(),
             "{what}"
@@ -706,21 +624,7 @@ fn waits_in_a_child_forked_from_a_waker() {
                     other => panic!("a blocking copy in the child: {other:?}"),
                 }
             }
-            let waiter = done.blocking_waiter();
-            assert_forked(
-                &waiter
-                    .wait_for(HANG)
-                    .expect("refused, not timed out")
-                    .unwrap_err(),
-            );
-            assert_forked(
-                &waiter
-                    .wait_for(std::time::Duration::ZERO)
-                    .expect("refused, not looked at")
-                    .unwrap_err(),
-            );
-            assert_forked(&done.wait_blocking().unwrap_err());
-            assert_forked(&npu::runtime::wait_for_teardowns(HANG).unwrap_err());
+            every_wait_is_forked(&done);
         });
         let (told, heard) = std::sync::mpsc::channel();
         let waker = std::task::Waker::from(Arc::new(ForksWhenWoken {
@@ -747,6 +651,27 @@ fn waits_in_a_child_forked_from_a_waker() {
         run(setting.record_notify(&notify)).unwrap();
         run(pending).unwrap();
     }
+}
+
+/// Checks, in a forked child, that every wait for `done` (an operation of the parent, pending
+/// at the fork: both blocking waits and a look) and a wait for teardowns are `Error::Forked`
+/// at once.
+fn every_wait_is_forked(done: &Completion) {
+    let waiter = done.blocking_waiter();
+    assert_forked(
+        &waiter
+            .wait_for(HANG)
+            .expect("refused, not timed out")
+            .unwrap_err(),
+    );
+    assert_forked(
+        &waiter
+            .wait_for(std::time::Duration::ZERO)
+            .expect("refused, not looked at")
+            .unwrap_err(),
+    );
+    assert_forked(&done.wait_blocking().unwrap_err());
+    assert_forked(&npu::runtime::wait_for_teardowns(HANG).unwrap_err());
 }
 
 /// What [`ForksInItsCallback`] checks in the child it forks, and where it sends the outcome;
@@ -817,21 +742,7 @@ fn a_child_forked_from_a_subscriber_under_a_submission_lock() {
         let (child_ctx, child_stopped, child_other) = (ctx.clone(), stopped.clone(), other.clone());
         let check = Box::new(move || {
             assert_forked(&child_ctx.synchronize_blocking().unwrap_err());
-            let waiter = done.blocking_waiter();
-            assert_forked(
-                &waiter
-                    .wait_for(HANG)
-                    .expect("refused, not timed out")
-                    .unwrap_err(),
-            );
-            assert_forked(
-                &waiter
-                    .wait_for(std::time::Duration::ZERO)
-                    .expect("refused, not looked at")
-                    .unwrap_err(),
-            );
-            assert_forked(&done.wait_blocking().unwrap_err());
-            assert_forked(&npu::runtime::wait_for_teardowns(HANG).unwrap_err());
+            every_wait_is_forked(&done);
             sim::flush_releases();
             let spare = DeviceBuffer::<u8>::new(&child_ctx, 16);
             if let Ok(spare) = spare {
@@ -843,7 +754,7 @@ fn a_child_forked_from_a_subscriber_under_a_submission_lock() {
             assert_forked(&run(child_stopped.abort()).unwrap_err());
             assert_forked(&run(child_stopped.synchronize()).unwrap_err().error);
             assert_forked(&Stream::new(&child_ctx).unwrap_err());
-            drop((done, waiter, child_stopped, child_other, child_ctx));
+            drop((done, child_stopped, child_other, child_ctx));
         });
         let (told, heard) = std::sync::mpsc::channel();
         *FORK_IN_CALLBACK.lock().unwrap() = Some((check, told));

@@ -26,6 +26,7 @@ mod until;
 pub(crate) use until::{until, until_the_runtime_aborts};
 
 // The gate npu-stream's kernel tests hold their running kernel at; the gated fill waits at it.
+mod blocking_waits;
 mod drained;
 mod every_callsite;
 #[path = "../../../npu-stream/tests/common/gate.rs"]
@@ -39,6 +40,7 @@ mod reaper_held;
 mod serving_model;
 mod turns;
 
+pub(crate) use blocking_waits::{Heard, WaitsWhenWoken, blocking_waits, refused_not_waited};
 pub(crate) use drained::{
     drain_a_failing_memset, drained_without_an_event, in_a_fresh_context, last_task_id,
     synchronize_reports_the_drained_fault,
