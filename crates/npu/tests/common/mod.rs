@@ -397,6 +397,8 @@ pub(crate) fn child_succeeded(
         }
         if std::time::Instant::now() > deadline {
             child.kill().unwrap();
+            // Reaped, so that no zombie outlives the failure.
+            let _ = child.wait();
             panic!("{what} hung in the child process");
         }
         std::thread::park_timeout(Duration::from_millis(20));
