@@ -926,8 +926,9 @@ impl std::task::Wake for CopiesWhenWoken {
 /// thread for the gated kernel, which the program would only let finish after the waker
 /// returned (the child process hung; every operation that thread serves waited too). Fixed:
 /// each copy is refused at once with `InvalidArgument` naming it and `thread`, as
-/// `Context::synchronize_blocking` is; once the gate opens the kernel completes, and the same
-/// copies from the program's own thread are made.
+/// `Context::synchronize_blocking` is; once the gate opens the kernel completes, and blocking
+/// copies from the program's own thread (`copy_from_host_blocking`, `to_vec_blocking`) are
+/// made.
 #[test]
 fn blocking_copies_in_a_waker_on_the_completing_thread_are_refused_not_hung() {
     in_child_test("child", CHILD_ENV, "copies in a waker");

@@ -839,16 +839,34 @@ async fn a_device_lost_mid_step_fails_the_step() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
+        // Read as they come: a child that writes more than a pipe holds would otherwise block
+        // on the write and be taken for hung.
+        let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                let _ = pipe.unwrap().read_to_end(&mut bytes);
+                bytes
+            })
+        };
+        let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
+        let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
         let deadline = std::time::Instant::now() + HANG;
-        while child.try_wait().unwrap().is_none() {
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
             if std::time::Instant::now() > deadline {
                 child.kill().unwrap();
                 let _ = child.wait();
                 panic!("the child hung");
             }
             std::thread::park_timeout(Duration::from_millis(20));
-        }
-        let out = child.wait_with_output().unwrap();
+        };
+        let out = std::process::Output {
+            status,
+            stdout: stdout.join().unwrap(),
+            stderr: stderr.join().unwrap(),
+        };
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(

@@ -171,10 +171,10 @@ impl DevicePoolBuilder {
     /// Errors: a capacity under one 4 KiB block is an [`Error::InvalidArgument`] of
     /// `DevicePoolBuilder::build` naming the `capacity` it was given; a forced
     /// runtime pool on a runtime without the API is [`Error::Unsupported`], and its creation
-    /// failing is that ACL error. Unforced, only a creation failing because the runtime cannot
-    /// make a pool (`Error::Unsupported`, or a feature-not-supported code: 207000, 200001,
-    /// 200006) falls back to the caching allocator; any other failure (a lost device, say)
-    /// would fail its allocations too, and is returned. In a forked child (`npu_core::forked`)
+    /// failing is that ACL error. Unforced, a creation that fails falls back to the caching
+    /// allocator (a runtime may lack the feature, refuse the pool's release stream or one of
+    /// its attributes), except on a lost device, whose error is returned: it would fail the
+    /// caching allocator's allocations too. In a forked child (`npu_core::forked`)
     /// it is [`Error::Forked`] whatever the backend, forced or planned (a caching pool would
     /// make no runtime call to be made, but its every allocation would be refused).
     ///

@@ -67,8 +67,9 @@ impl ValueWord {
     /// after every value operation on the word: none can be queued while the word is borrowed
     /// exclusively. Refused as [`DeviceBuffer::copy_to_host_blocking`] is: with
     /// [`Error::InvalidArgument`] (argument `thread`) on npu-rs's own threads and under its
-    /// locks, where the copy may wait for the device's running work that thread would let
-    /// finish; [`Error::Forked`] in a forked child.
+    /// locks, where the copy may wait (on the simulator, whose synchronous copies wait for the
+    /// device's running work) for work that thread would let finish; [`Error::Forked`] in a
+    /// forked child.
     ///
     /// ```
     /// use npu_core::Device;

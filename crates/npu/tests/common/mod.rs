@@ -390,6 +390,14 @@ pub(crate) fn child_succeeded(
     bound: Duration,
     what: &str,
 ) -> String {
+    // Read as it comes: a child that writes more than a pipe holds would otherwise block on
+    // the write and be taken for hung.
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
+        out
+    });
     let deadline = std::time::Instant::now() + bound;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -403,8 +411,7 @@ pub(crate) fn child_succeeded(
         }
         std::thread::park_timeout(Duration::from_millis(20));
     };
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    let out = reader.join().unwrap();
     assert!(
         status.success() && out.contains("CHILD OK"),
         "{status}: {out}"
