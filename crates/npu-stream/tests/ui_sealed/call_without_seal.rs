@@ -34,3 +34,7 @@ fn spawned(handle: &tokio::runtime::Handle) -> bool {
 fn watched(runtime: &Runtime, watcher: std::sync::Weak<dyn npu_core::DeviceAbortWatch>) {
     runtime.watch_device_aborts(0, watcher);
 }
+
+fn refused_blocking() -> npu_core::Result<()> {
+    npu_core::refuse_blocking("aclrtMemcpy", "forged")
+}
