@@ -261,7 +261,7 @@ impl<T: Pod> DeviceBuffer<T> {
         npu_core::refuse_blocking(crate::SEAL, "aclrtMemcpy", API)?;
         let api = (API, "data");
         let mut buffer = DeviceBuffer::allocate(api, context, data.len(), MallocPolicy::HugeFirst)?;
-        buffer.copy_from_host_blocking(data)?;
+        buffer.write_from_host(API, data)?;
         Ok(buffer)
     }
 
@@ -319,7 +319,14 @@ impl<T: Pod> DeviceBuffer<T> {
     pub fn copy_from_host_blocking(&mut self, src: &[T]) -> Result<()> {
         const API: &str = "DeviceBuffer::copy_from_host_blocking";
         npu_core::refuse_blocking(crate::SEAL, "aclrtMemcpy", API)?;
-        self.check_len(API, "src", src.len())?;
+        self.write_from_host(API, src)
+    }
+
+    /// [`copy_from_host_blocking`](Self::copy_from_host_blocking) once the caller, `api`, has
+    /// made the blocking call's refusal (so that it is made once, naming the call the program
+    /// made).
+    fn write_from_host(&mut self, api: &'static str, src: &[T]) -> Result<()> {
+        self.check_len(api, "src", src.len())?;
         self.context.bind()?;
         let (dst, bytes) = (self.ptr, self.byte_len());
         let kind = ffi::ACL_MEMCPY_HOST_TO_DEVICE;
@@ -364,7 +371,13 @@ impl<T: Pod> DeviceBuffer<T> {
     pub fn copy_to_host_blocking(&self, dst: &mut [T]) -> Result<()> {
         const API: &str = "DeviceBuffer::copy_to_host_blocking";
         npu_core::refuse_blocking(crate::SEAL, "aclrtMemcpy", API)?;
-        self.check_len(API, "dst", dst.len())?;
+        self.read_to_host(API, dst)
+    }
+
+    /// [`copy_to_host_blocking`](Self::copy_to_host_blocking) once the caller, `api`, has made
+    /// the blocking call's refusal (so that it is made once, naming the call the program made).
+    fn read_to_host(&self, api: &'static str, dst: &mut [T]) -> Result<()> {
+        self.check_len(api, "dst", dst.len())?;
         self.context.bind()?;
         let (src, bytes) = (self.ptr, self.byte_len());
         let kind = ffi::ACL_MEMCPY_DEVICE_TO_HOST;
@@ -405,10 +418,11 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Ok::<(), npu_core::Error>(())
     /// ```
     pub fn to_vec_blocking(&self) -> Result<Vec<T>> {
+        const API: &str = "DeviceBuffer::to_vec_blocking";
         // Before the vector's allocation, naming the call the program made.
-        npu_core::refuse_blocking(crate::SEAL, "aclrtMemcpy", "DeviceBuffer::to_vec_blocking")?;
+        npu_core::refuse_blocking(crate::SEAL, "aclrtMemcpy", API)?;
         let mut out = vec![T::zeroed(); self.len];
-        self.copy_to_host_blocking(&mut out)?;
+        self.read_to_host(API, &mut out)?;
         Ok(out)
     }
 
