@@ -302,6 +302,11 @@ impl Drop for ShutDownWithin {
     }
 }
 
+/// The name of the thread a waker runs on.
+fn this_thread() -> String {
+    std::thread::current().name().unwrap_or("").to_owned()
+}
+
 /// A waker that, woken, calls its function once.
 struct CallsWhenWoken(Mutex<Option<Box<dyn FnOnce() + Send>>>);
 
@@ -560,31 +565,6 @@ fn a_cross_device_copy_whose_peer_is_lost_resolves_and_lets_its_access_go() {
     a_memset_writes(&near, &s, 9, "device 2 after its peer's loss");
 }
 
-/// A waker that, woken, forks once; the child checks `check`, and the waker sends the child's
-/// outcome (and the name of the thread it was woken on).
-struct ForksWhenWoken {
-    check: Mutex<Option<Box<dyn FnOnce() + Send>>>,
-    told: Mutex<Option<std::sync::mpsc::Sender<(String, bool, i32)>>>,
-}
-
-impl std::task::Wake for ForksWhenWoken {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        let (Some(check), Some(told)) = (
-            self.check.lock().unwrap().take(),
-            self.told.lock().unwrap().take(),
-        ) else {
-            return;
-        };
-        let thread = std::thread::current().name().unwrap_or("").to_owned();
-        let (ok, status) = fork_and_check(check);
-        let _ = told.send((thread, ok, status));
-    }
-}
-
 /// Promise: a forked child gets `Error::Forked` or works (rule 8), whichever thread it was
 /// forked from, and every blocking wait says so alike: a child forked from a waker that the
 /// completing thread wakes (the reactor, a callback worker, a blocking waiter's thread: every
@@ -627,10 +607,13 @@ fn waits_in_a_child_forked_from_a_waker() {
             every_wait_is_forked(&done);
         });
         let (told, heard) = std::sync::mpsc::channel();
-        let waker = std::task::Waker::from(Arc::new(ForksWhenWoken {
-            check: Mutex::new(Some(check)),
-            told: Mutex::new(Some(told)),
-        }));
+        // Forks once, woken; the child checks `check`, and the waker sends the child's outcome
+        // and the thread it was woken on.
+        let waker = std::task::Waker::from(Arc::new(CallsWhenWoken::new(move || {
+            let thread = this_thread();
+            let (ok, status) = fork_and_check(check);
+            let _ = told.send((thread, ok, status));
+        })));
         let held = sim::hold(&ctx.device()).unwrap();
         let mut memset = s.memset(dev(&ctx, 64), 3);
         assert!(
@@ -775,30 +758,6 @@ fn a_child_forked_from_a_subscriber_under_a_submission_lock() {
     }
 }
 
-/// The thread a waker ran on and what its wait answered.
-type Answered = (String, Result<(), Error>);
-
-/// A waker that, woken, synchronises its context (`Context::synchronize_blocking`) once and
-/// sends the thread it ran on and the answer.
-struct SynchronizesWhenWoken {
-    context: Context,
-    told: Mutex<Option<std::sync::mpsc::Sender<Answered>>>,
-}
-
-impl std::task::Wake for SynchronizesWhenWoken {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        let Some(told) = self.told.lock().unwrap().take() else {
-            return;
-        };
-        let thread = std::thread::current().name().unwrap_or("").to_owned();
-        let _ = told.send((thread, self.context.synchronize_blocking()));
-    }
-}
-
 /// Promise: no npu-rs thread waits on device work, and a blocking wait called back from code
 /// npu-rs runs on its own threads is refused, not made (rules 5 and 6), for the context's
 /// blocking synchronisation (`Context::synchronize_blocking`, `aclrtSynchronizeDevice`: a wait
@@ -827,10 +786,10 @@ fn a_context_synchronized_in_a_waker() {
         let s = stream(&ctx, strategy);
         let (setting, notify, pending, _) = a_pending_and_a_complete_operation(&ctx);
         let (told, heard) = std::sync::mpsc::channel();
-        let waker = std::task::Waker::from(Arc::new(SynchronizesWhenWoken {
-            context: ctx.clone(),
-            told: Mutex::new(Some(told)),
-        }));
+        let context = ctx.clone();
+        let waker = std::task::Waker::from(Arc::new(CallsWhenWoken::new(move || {
+            let _ = told.send((this_thread(), context.synchronize_blocking()));
+        })));
         let held = sim::hold(&ctx.device()).unwrap();
         let mut memset = s.memset(dev(&ctx, 64), 5);
         assert!(
@@ -857,58 +816,6 @@ fn a_context_synchronized_in_a_waker() {
             "{what}"
         );
         ctx.synchronize_blocking().unwrap();
-    }
-}
-
-/// What a waker's blocking copies answered: the thread it ran on, and each copy's API and
-/// answer.
-type Copied = (String, Vec<(&'static str, Result<(), Error>)>);
-
-/// A waker that, woken, makes every blocking copy npu-rs offers once (on `context`'s device,
-/// into and out of `buffer`, and a value word's), and sends what each answered.
-struct CopiesWhenWoken {
-    context: Context,
-    memory: Mutex<Option<(DeviceBuffer<u8>, npu::stream::ValueWord)>>,
-    told: Mutex<Option<std::sync::mpsc::Sender<Copied>>>,
-}
-
-impl std::task::Wake for CopiesWhenWoken {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        let (Some(told), Some((mut buffer, mut word))) = (
-            self.told.lock().unwrap().take(),
-            self.memory.lock().unwrap().take(),
-        ) else {
-            return;
-        };
-        let thread = std::thread::current().name().unwrap_or("").to_owned();
-        let copied = vec![
-            (
-                "DeviceBuffer::from_host_blocking",
-                DeviceBuffer::from_host_blocking(&self.context, &[1u8; 64]).map(drop),
-            ),
-            (
-                "DeviceBuffer::copy_from_host_blocking",
-                buffer.copy_from_host_blocking(&[2; 64]),
-            ),
-            (
-                "DeviceBuffer::copy_to_host_blocking",
-                buffer.copy_to_host_blocking(&mut [0; 64]),
-            ),
-            (
-                "DeviceBuffer::to_vec_blocking",
-                buffer.to_vec_blocking().map(drop),
-            ),
-            (
-                "ValueWord::new",
-                npu::stream::ValueWord::new(&self.context, 3).map(drop),
-            ),
-            ("ValueWord::read_blocking", word.read_blocking().map(drop)),
-        ];
-        let _ = told.send((thread, copied));
     }
 }
 
@@ -947,11 +854,36 @@ fn blocking_copies_in_a_waker() {
         let memory = (dev(&far, 64), npu::stream::ValueWord::new(&far, 9).unwrap());
         let (running, ()) = a_held_fill_and_behind_it(&far, &gated, &fill, &what, || ());
         let (told, heard) = std::sync::mpsc::channel();
-        let waker = std::task::Waker::from(Arc::new(CopiesWhenWoken {
-            context: far.clone(),
-            memory: Mutex::new(Some(memory)),
-            told: Mutex::new(Some(told)),
-        }));
+        // Makes every blocking copy npu-rs offers once, woken (on `far`'s device, into and out
+        // of a buffer, and a value word's), and sends what each answered.
+        let context = far.clone();
+        let waker = std::task::Waker::from(Arc::new(CallsWhenWoken::new(move || {
+            let (mut buffer, mut word) = memory;
+            let copied = vec![
+                (
+                    "DeviceBuffer::from_host_blocking",
+                    DeviceBuffer::from_host_blocking(&context, &[1u8; 64]).map(drop),
+                ),
+                (
+                    "DeviceBuffer::copy_from_host_blocking",
+                    buffer.copy_from_host_blocking(&[2; 64]),
+                ),
+                (
+                    "DeviceBuffer::copy_to_host_blocking",
+                    buffer.copy_to_host_blocking(&mut [0; 64]),
+                ),
+                (
+                    "DeviceBuffer::to_vec_blocking",
+                    buffer.to_vec_blocking().map(drop),
+                ),
+                (
+                    "ValueWord::new",
+                    npu::stream::ValueWord::new(&context, 3).map(drop),
+                ),
+                ("ValueWord::read_blocking", word.read_blocking().map(drop)),
+            ];
+            let _ = told.send((this_thread(), copied));
+        })));
         let held = sim::hold(&ctx.device()).unwrap();
         let mut memset = s.memset(dev(&ctx, 64), 5);
         assert!(
@@ -977,24 +909,6 @@ fn blocking_copies_in_a_waker() {
         let mut buffer = run(memset).unwrap();
         buffer.copy_from_host_blocking(&[6; 64]).unwrap();
         assert_eq!(buffer.to_vec_blocking().unwrap(), [6; 64], "{what}");
-    }
-}
-
-/// A waker that, woken, flushes the reaper (`npu::sim::flush_releases`) once and sends the
-/// thread it ran on.
-struct FlushesWhenWoken(Mutex<Option<std::sync::mpsc::Sender<String>>>);
-
-impl std::task::Wake for FlushesWhenWoken {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        let Some(told) = self.0.lock().unwrap().take() else {
-            return;
-        };
-        sim::flush_releases();
-        let _ = told.send(std::thread::current().name().unwrap_or("").to_owned());
     }
 }
 
@@ -1030,7 +944,10 @@ fn a_flush_in_a_waker_on_the_completing_thread() {
         let src = DeviceBuffer::from_host_blocking(d1.primary_context(), &[7u8; 64]).unwrap();
         let access = d0.enable_peer_access(&d1).unwrap();
         let (told, heard) = std::sync::mpsc::channel();
-        let waker = std::task::Waker::from(Arc::new(FlushesWhenWoken(Mutex::new(Some(told)))));
+        let waker = std::task::Waker::from(Arc::new(CallsWhenWoken::new(move || {
+            sim::flush_releases();
+            let _ = told.send(this_thread());
+        })));
         let held = sim::hold(&d0).unwrap();
         for value in 0..4 {
             let mut memset = second.memset(dev(&ctx, 64), value);
